@@ -1,0 +1,38 @@
+# One entry point for set-up and runs; every target builds .venv first if needed.
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+EXTRAS ?= dev,k8s,spark,metrics,plot
+export PYSPARK_PYTHON := $(abspath $(PY))
+export PYSPARK_DRIVER_PYTHON := $(abspath $(PY))
+
+.PHONY: venv demo test lint bench simulate clean
+
+venv: $(VENV)/.installed
+
+$(VENV)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q -U pip setuptools wheel
+	$(PY) -m pip install -q -e '.[$(EXTRAS)]'
+	touch $@
+
+## The main job: the end-to-end demo.
+demo: venv
+	$(PY) examples/demo.py
+
+## The test suite (the same command CI runs).
+test: venv
+	$(PY) -m pytest -q
+
+lint: venv
+	$(VENV)/bin/ruff check hashring kinesis spark_integration tests examples benchmarks
+	$(VENV)/bin/mypy
+
+bench: venv
+	$(PY) benchmarks/run_all.py
+
+simulate: venv
+	$(VENV)/bin/hashring simulate
+
+clean:
+	rm -rf $(VENV) build *.egg-info .pytest_cache .mypy_cache .ruff_cache

@@ -1,0 +1,48 @@
+"""Peer-to-peer placement of stream-consumer leases.
+
+Every member hashes (consumer name, shard id) with :func:`key_hash` and places
+the key on the sorted list of live members; only the owner tries to acquire the
+lease. See README.md for the full picture.
+"""
+
+from hashring.balance import Assignment, plan_assignment
+from hashring.errors import (
+    ConfigurationError,
+    HashRingError,
+    InvalidKeyError,
+    InvalidMembersError,
+    InvalidReplicasError,
+    InvalidWeightsError,
+    MembershipError,
+    MembershipUnavailableError,
+    UnknownStrategyError,
+)
+from hashring.hashing import key_hash, member_hash, string_key_hash
+from hashring.membership import Membership, StaticMembership
+from hashring.placement import STRATEGIES, owners_of
+from hashring.ring import HashRing, Role
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "STRATEGIES",
+    "Assignment",
+    "ConfigurationError",
+    "HashRing",
+    "HashRingError",
+    "InvalidKeyError",
+    "InvalidMembersError",
+    "InvalidReplicasError",
+    "InvalidWeightsError",
+    "Membership",
+    "MembershipError",
+    "MembershipUnavailableError",
+    "Role",
+    "StaticMembership",
+    "UnknownStrategyError",
+    "key_hash",
+    "member_hash",
+    "owners_of",
+    "plan_assignment",
+    "string_key_hash",
+]

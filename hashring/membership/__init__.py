@@ -1,0 +1,6 @@
+"""Membership sources: the sorted list of live members plus who "self" is."""
+
+from hashring.membership.base import Membership
+from hashring.membership.static import StaticMembership
+
+__all__ = ["Membership", "StaticMembership"]
