@@ -1,0 +1,32 @@
+"""Shared fixtures: one embedded moto server per test session, reset per test."""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+os.environ.setdefault("AWS_DEFAULT_REGION", "us-east-1")
+os.environ.setdefault("AWS_ACCESS_KEY_ID", "testing")
+os.environ.setdefault("AWS_SECRET_ACCESS_KEY", "testing")
+
+from kinesis.testing import LocalAWS  # noqa: E402
+
+
+@pytest.fixture(scope="session")
+def _moto_server() -> Iterator[LocalAWS]:
+    with LocalAWS() as aws:
+        yield aws
+
+
+@pytest.fixture
+def aws(_moto_server: LocalAWS) -> LocalAWS:
+    """A clean moto server (HTTP on 127.0.0.1): ``aws.endpoint_url``, ``aws.client(name)``."""
+    _moto_server.reset()
+    return _moto_server
