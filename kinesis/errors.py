@@ -15,3 +15,30 @@ class ConfigurationError(KinesisHashRingError, _HashRingConfigurationError):
 
 class LeaseLostError(KinesisHashRingError):
     """This member no longer holds the lease: stop processing the shard, do not checkpoint."""
+
+
+# --- Kinesis shards, records and readers -------------------------------------------------
+
+
+class StreamNotFoundError(KinesisHashRingError, LookupError):
+    """The Kinesis stream does not exist in the region/endpoint the client points at."""
+
+
+class ShardNotFoundError(KinesisHashRingError, LookupError):
+    """The shard does not exist in the stream (wrong id, or trimmed after retention)."""
+
+
+class KinesisRetriesExhaustedError(KinesisHashRingError):
+    """A Kinesis call kept failing with a retryable error (throttling, 5xx) past the retry budget."""
+
+
+class AggregationError(KinesisHashRingError, ValueError):
+    """A KPL aggregated record could not be built or decoded."""
+
+
+class RecordTooLargeError(AggregationError):
+    """A record is larger than Kinesis accepts (1 MiB of data plus partition key)."""
+
+
+class CheckpointError(KinesisHashRingError, ValueError):
+    """A checkpoint was asked for a position that is not allowed (backwards, or not delivered)."""

@@ -1,0 +1,334 @@
+"""Read one shard: GetShardIterator, then a GetRecords loop, with backoff and iterator recovery.
+
+:class:`ShardReader` keeps its own shard iterator and the position of the last record it
+delivered, so it can recover from an expired iterator without losing or repeating a record.
+It never sleeps between batches itself: each :class:`ReadResult` carries ``suggested_wait``,
+and :meth:`ShardReader.wait` waits on the reader's stop event, so a shutdown is immediate.
+Transient errors (throttling, 5xx, dropped connections) are retried with jittered exponential
+backoff inside :meth:`ShardReader.read_batch`; those sleeps are interruptible too.
+
+:func:`read_range` is the bounded convenience: the records after one position up to another.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from botocore.exceptions import ClientError
+
+from kinesis.errors import (
+    ConfigurationError,
+    KinesisHashRingError,
+    ShardNotFoundError,
+    StreamNotFoundError,
+)
+from kinesis.positions import InitialPosition, Position, StartPosition, iterator_args
+from kinesis.records import Record, records_from_response
+from kinesis.shards import stream_not_found
+from kinesis.throttling import ShutdownRequested, call_with_retries, is_retryable
+
+MAX_GET_RECORDS_LIMIT = 10000
+
+
+@dataclass(frozen=True)
+class ReadResult:
+    """One batch from :meth:`ShardReader.read_batch`."""
+
+    records: list[Record]
+    millis_behind_latest: int | None
+    shard_ended: bool
+    """True once every record of a closed shard was delivered (SHARD_END)."""
+    suggested_wait: float = 0.0
+    """Seconds to wait before the next call: the idle backoff when caught up, else 0."""
+    child_shard_ids: tuple[str, ...] = ()
+    """At SHARD_END, the children GetRecords named (empty if the service did not say)."""
+    stopped: bool = False
+    """True when the stop event interrupted the read; ``records`` is then empty."""
+
+
+@dataclass
+class ReaderStats:
+    """Counters for tests and metrics."""
+
+    get_records_calls: int = 0
+    iterators_acquired: int = 0
+    expired_iterators: int = 0
+    transient_retries: int = 0
+    records_delivered: int = 0
+
+
+class ShardReader:
+    """Reads one shard from ``start`` (a checkpoint :class:`Position` or an :class:`InitialPosition`).
+
+    ``max_records`` is GetRecords' ``Limit`` (1..10000). ``idle_backoff`` is the wait suggested
+    after an empty batch when the shard is caught up (KCL's ``idleTimeBetweenReadsInMillis``;
+    Kinesis allows 5 GetRecords calls per second per shard). ``stop_event`` (shared with a
+    worker's shutdown, optional) interrupts retries and :meth:`wait`.
+
+    Not thread-safe: one reader is driven by one thread.
+    """
+
+    def __init__(
+        self,
+        kinesis_client: Any,
+        stream_name: str,
+        shard_id: str,
+        start: StartPosition = InitialPosition.LATEST,
+        *,
+        max_records: int = MAX_GET_RECORDS_LIMIT,
+        idle_backoff: float = 1.0,
+        max_attempts: int = 8,
+        max_wait: float = 5.0,
+        max_iterator_renewals: int = 3,
+        stop_event: threading.Event | None = None,
+    ):
+        if not 1 <= max_records <= MAX_GET_RECORDS_LIMIT:
+            raise ConfigurationError(
+                f"max_records must be in 1..{MAX_GET_RECORDS_LIMIT} (GetRecords Limit), got {max_records}"
+            )
+        if idle_backoff < 0:
+            raise ConfigurationError(f"idle_backoff must be >= 0 seconds, got {idle_backoff}")
+        if max_attempts < 1:
+            raise ConfigurationError(f"max_attempts must be >= 1, got {max_attempts}")
+        if not isinstance(start, Position | InitialPosition):
+            raise ConfigurationError(
+                f"start must be a Position (resume after a checkpoint) or an InitialPosition, "
+                f"got {start!r}"
+            )
+        self.client = kinesis_client
+        self.stream_name = stream_name
+        self.shard_id = shard_id
+        self.start = start
+        self.max_records = max_records
+        self.idle_backoff = idle_backoff
+        self.max_attempts = max_attempts
+        self.max_wait = max_wait
+        self.max_iterator_renewals = max_iterator_renewals
+        self.stop_event = stop_event if stop_event is not None else threading.Event()
+        self.stats = ReaderStats()
+        self._iterator: str | None = None
+        self._exhausted = False  # GetRecords returned no NextShardIterator
+        self._resume: Position | None = start if isinstance(start, Position) else None
+        self._latest_at: datetime | None = None
+        self._pending: list[Record] = []
+        self._millis_behind: int | None = None
+        self._children: tuple[str, ...] = ()
+
+    # -- state ---------------------------------------------------------------------------
+    @property
+    def last_position(self) -> Position | None:
+        """The last record delivered (or the start checkpoint): where a resume would start."""
+        return self._resume
+
+    @property
+    def shard_ended(self) -> bool:
+        """True once SHARD_END was reached and every record was delivered."""
+        return self._exhausted and not self._pending
+
+    def stop(self) -> None:
+        """Set the stop event: pending waits and backoffs return at once."""
+        self.stop_event.set()
+
+    def wait(self, seconds: float) -> bool:
+        """Wait up to ``seconds`` on the stop event; True if the reader was stopped."""
+        return self.stop_event.wait(seconds) if seconds > 0 else self.stop_event.is_set()
+
+    # -- reading -------------------------------------------------------------------------
+    def read_batch(self) -> ReadResult:
+        """One GetRecords call (or the records held back by :meth:`iter_records`)."""
+        if self._pending:
+            batch, self._pending = self._pending[: self.max_records], self._pending[self.max_records :]
+            return self._deliver(batch)
+        if self._exhausted:
+            return ReadResult([], self._millis_behind, True, 0.0, self._children)
+        if self.stop_event.is_set():
+            return ReadResult([], self._millis_behind, False, 0.0, stopped=True)
+        try:
+            response = self._get_records()
+        except ShutdownRequested:
+            return ReadResult([], self._millis_behind, False, 0.0, stopped=True)
+        self._iterator = response.get("NextShardIterator")
+        self._exhausted = self._iterator is None
+        self._millis_behind = response.get("MillisBehindLatest")
+        if self._exhausted:
+            self._children = tuple(c["ShardId"] for c in response.get("ChildShards") or ())
+        records = records_from_response(self.stream_name, self.shard_id, response.get("Records", ()))
+        if self._resume is not None:
+            resume = self._resume
+            records = [r for r in records if r.position > resume]
+        return self._deliver(records)
+
+    def _deliver(self, records: list[Record]) -> ReadResult:
+        if records:
+            self._resume = records[-1].position
+            self.stats.records_delivered += len(records)
+        ended = self.shard_ended
+        caught_up = self._millis_behind in (0, None)
+        wait = self.idle_backoff if not records and not ended and caught_up else 0.0
+        return ReadResult(records, self._millis_behind, ended, wait, self._children if ended else ())
+
+    def iter_records(
+        self,
+        *,
+        until: Position | None = None,
+        max_records: int | None = None,
+        stop_when_caught_up: bool = True,
+    ) -> Iterator[Record]:
+        """Yield records until ``until`` (inclusive), ``max_records``, SHARD_END, or caught up.
+
+        With ``stop_when_caught_up`` it returns at the first empty batch that reports no lag;
+        otherwise it follows the shard, waiting ``suggested_wait`` between empty batches, until
+        the reader is stopped. Records read but not yielded are kept for the next read.
+        """
+        if max_records is not None and max_records < 1:
+            raise ConfigurationError(f"max_records must be >= 1 or None, got {max_records}")
+        count = 0
+        while True:
+            last = self._resume
+            batch = self.read_batch()
+            for index, record in enumerate(batch.records):
+                if until is not None and record.position > until:
+                    self._hold_back(batch.records[index:], last)
+                    return
+                yield record
+                last = record.position
+                count += 1
+                if (until is not None and record.position == until) or count == max_records:
+                    self._hold_back(batch.records[index + 1 :], last)
+                    return
+            if batch.shard_ended or batch.stopped:
+                return
+            if not batch.records and stop_when_caught_up and batch.millis_behind_latest in (0, None):
+                return
+            if self.wait(batch.suggested_wait):
+                return
+
+    def _hold_back(self, records: list[Record], resume: Position | None) -> None:
+        """Give back records that were read but not yielded; they come first next time."""
+        if records:
+            self._pending = records + self._pending
+            self.stats.records_delivered -= len(records)
+            self._resume = resume
+
+    # -- AWS calls -----------------------------------------------------------------------
+    def _get_records(self) -> dict[str, Any]:
+        renewals = 0
+        while True:
+            if self._iterator is None:
+                self._iterator = self._acquire_iterator()
+            iterator = self._iterator
+            try:
+                self.stats.get_records_calls += 1
+                response: dict[str, Any] = self._call(
+                    lambda it=iterator: self.client.get_records(ShardIterator=it, Limit=self.max_records),
+                    "GetRecords",
+                )
+                return response
+            except ClientError as exc:
+                code = _code(exc)
+                if code == "ExpiredIteratorException" and renewals < self.max_iterator_renewals:
+                    # Re-acquire just after the last record delivered: no loss, no duplicate.
+                    renewals += 1
+                    self.stats.expired_iterators += 1
+                    self._iterator = None
+                    continue
+                if code == "ResourceNotFoundException":
+                    raise self._not_found(exc) from exc
+                raise
+
+    def _acquire_iterator(self) -> str:
+        args: dict[str, object]
+        if self._resume is not None:
+            args = iterator_args(self._resume)
+        elif isinstance(self.start, InitialPosition) and self.start.kind == "LATEST":
+            if self._latest_at is None:
+                # Remember when LATEST was taken: if this iterator expires before anything was
+                # delivered, AT_TIMESTAMP from here loses nothing that arrived meanwhile.
+                self._latest_at = datetime.now(UTC)
+                args = iterator_args(self.start)
+            else:
+                args = iterator_args(InitialPosition.at_timestamp(self._latest_at))
+        else:
+            args = iterator_args(self.start)
+        try:
+            response = self._call(
+                lambda: self.client.get_shard_iterator(
+                    StreamName=self.stream_name, ShardId=self.shard_id, **args
+                ),
+                "GetShardIterator",
+            )
+        except ClientError as exc:
+            code = _code(exc)
+            if code == "ResourceNotFoundException":
+                raise self._not_found(exc) from exc
+            if code == "InvalidArgumentException":
+                raise ConfigurationError(
+                    f"GetShardIterator refused to start shard {self.shard_id} of stream "
+                    f"{self.stream_name!r} at {args}: {exc}"
+                ) from exc
+            raise
+        self.stats.iterators_acquired += 1
+        iterator: str = response["ShardIterator"]
+        return iterator
+
+    def _call(self, fn: Any, operation: str) -> dict[str, Any]:
+        def counted() -> dict[str, Any]:
+            try:
+                result: dict[str, Any] = fn()
+            except Exception as exc:
+                if is_retryable(exc):
+                    self.stats.transient_retries += 1
+                raise
+            return result
+
+        return call_with_retries(
+            counted,
+            what=f"{operation} on shard {self.shard_id} of stream {self.stream_name!r}",
+            max_attempts=self.max_attempts,
+            max_wait=self.max_wait,
+            stop_event=self.stop_event,
+        )
+
+    def _not_found(self, exc: ClientError) -> KinesisHashRingError:
+        message = str(exc.response.get("Error", {}).get("Message", ""))
+        if "shard" in message.lower() and self.shard_id in message:
+            return ShardNotFoundError(
+                f"shard {self.shard_id!r} does not exist in Kinesis stream {self.stream_name!r} "
+                f"({message}). List the stream's shards (ShardDiscovery) and use one of those ids; "
+                "a shard older than the retention period is trimmed."
+            )
+        error: StreamNotFoundError = stream_not_found(self.client, self.stream_name, exc)
+        return error
+
+
+def _code(exc: ClientError) -> str:
+    return str(exc.response.get("Error", {}).get("Code", ""))
+
+
+def read_range(
+    kinesis_client: Any,
+    stream_name: str,
+    shard_id: str,
+    after: StartPosition,
+    until: Position | None = None,
+    max_records: int | None = None,
+    *,
+    batch_size: int = MAX_GET_RECORDS_LIMIT,
+    stop_event: threading.Event | None = None,
+) -> Iterator[Record]:
+    """Yield the records of one shard strictly after ``after`` and up to ``until`` (inclusive).
+
+    ``after`` is a :class:`Position` (exclusive) or an :class:`InitialPosition`. Stops at
+    ``until``, after ``max_records``, at SHARD_END, or when the shard is caught up (so an
+    ``until`` that was trimmed or never written cannot make it hang). Replaying the same
+    arguments yields the same records as long as they are retained.
+    """
+    reader = ShardReader(
+        kinesis_client, stream_name, shard_id, after,
+        max_records=batch_size, idle_backoff=0.0, stop_event=stop_event,
+    )
+    yield from reader.iter_records(until=until, max_records=max_records, stop_when_caught_up=True)

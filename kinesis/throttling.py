@@ -1,0 +1,97 @@
+"""Retry Kinesis calls that failed for a transient reason: throttling, 5xx, dropped connections.
+
+Backoff is exponential with full jitter (tenacity). Sleeps go through ``threading.Event.wait``
+when a stop event is given, so a shutdown interrupts them at once.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from typing import TypeVar
+
+from botocore.exceptions import ClientError, ConnectionError, HTTPClientError
+from tenacity import (
+    RetryCallState,
+    RetryError,
+    Retrying,
+    retry_if_exception,
+    stop_after_attempt,
+    wait_exponential_jitter,
+)
+
+from kinesis.errors import KinesisRetriesExhaustedError
+
+T = TypeVar("T")
+
+RETRYABLE_CODES = frozenset(
+    {
+        "ProvisionedThroughputExceededException",
+        "LimitExceededException",
+        "ThrottlingException",
+        "Throttling",
+        "RequestLimitExceeded",
+        "KMSThrottlingException",
+        "InternalFailure",
+        "InternalServerError",
+        "ServiceUnavailable",
+        "ServiceUnavailableException",
+    }
+)
+
+
+class ShutdownRequested(Exception):
+    """Raised instead of sleeping when the stop event is already set."""
+
+
+def is_retryable(exc: BaseException) -> bool:
+    """True for throttling, server-side (5xx) and connection errors."""
+    if isinstance(exc, ClientError):
+        code = str(exc.response.get("Error", {}).get("Code", ""))
+        status = int(exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode", 0) or 0)
+        return code in RETRYABLE_CODES or status >= 500
+    return isinstance(exc, ConnectionError | HTTPClientError)
+
+
+def call_with_retries(
+    fn: Callable[[], T],
+    *,
+    what: str,
+    max_attempts: int = 8,
+    initial_wait: float = 0.05,
+    max_wait: float = 5.0,
+    stop_event: threading.Event | None = None,
+) -> T:
+    """Call ``fn`` until it succeeds, retrying transient errors up to ``max_attempts`` times.
+
+    Raises :class:`KinesisRetriesExhaustedError` (chained to the last error) when the budget is
+    spent, :class:`ShutdownRequested` when ``stop_event`` is set during a backoff, and any
+    non-transient error at once.
+    """
+
+    def sleep(seconds: float) -> None:
+        if stop_event is None:
+            threading.Event().wait(seconds)
+        elif stop_event.wait(seconds):
+            raise ShutdownRequested(what)
+
+    def before_sleep(state: RetryCallState) -> None:
+        if stop_event is not None and stop_event.is_set():
+            raise ShutdownRequested(what)
+
+    retrying = Retrying(
+        retry=retry_if_exception(is_retryable),
+        stop=stop_after_attempt(max_attempts),
+        wait=wait_exponential_jitter(initial=initial_wait, max=max_wait),
+        sleep=sleep,
+        before_sleep=before_sleep,
+    )
+    try:
+        return retrying(fn)
+    except RetryError as exc:
+        last = exc.last_attempt.exception()
+        raise KinesisRetriesExhaustedError(
+            f"{what} failed {max_attempts} times with a transient error, last: {last}. "
+            "The stream may be under-provisioned (throttling) or the endpoint unhealthy; "
+            "lower the read rate, add shards, or raise max_attempts."
+        ) from last
