@@ -1,0 +1,217 @@
+"""The ``hashring`` command: ``hashring simulate`` and ``hashring explain``.
+
+* ``hashring simulate [--keys 64,400,2000] [--members 10,20,50] [--scenario all]
+  [--strategy all] [--json] [--plot FILE.png]``: placement quality of every
+  strategy (see :mod:`hashring.simulate` for the scenarios and optima).
+* ``hashring explain --members a,b,c --consumer orders [--shards 16 | --shard-ids x,y]
+  [--strategy rendezvous] [--replicas 1] [--json]``: who owns each shard and why.
+
+Bad arguments exit with status 2 and a message naming the option to fix.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated, Any, NoReturn
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from hashring.errors import (
+    ConfigurationError,
+    InvalidMembersError,
+    InvalidReplicasError,
+    UnknownStrategyError,
+)
+from hashring.ketama import DEFAULT_VNODES
+from hashring.sim.explain import EXPLAIN_STRATEGIES, Explanation, explain, shard_list
+from hashring.sim.fleet import SCENARIOS, SimulationSizeError, UnknownScenarioError
+from hashring.sim.placers import SIM_STRATEGIES
+from hashring.simulate import DEFAULT_CONSUMER, run_grid
+
+app = typer.Typer(
+    name="hashring",
+    help="Consistent-hashing lease placement: simulate strategies, explain ownership.",
+    no_args_is_help=True,
+    add_completion=False,
+)
+
+
+def _console() -> Console:
+    console = Console()
+    if not console.is_terminal:
+        console = Console(width=180)  # pipes and CliRunner: wide tables, no wrapping
+    return console
+
+
+def _bad(message: str, option: str) -> NoReturn:
+    raise typer.BadParameter(message, param_hint=option)
+
+
+def _ints(value: str, option: str) -> list[int]:
+    parts = [p.strip() for p in value.split(",") if p.strip()]
+    if not parts:
+        _bad(f"expected a comma-separated list of counts such as 10,20,50, got {value!r}", option)
+    out = []
+    for p in parts:
+        try:
+            n = int(p)
+        except ValueError:
+            _bad(f"{p!r} is not a whole number (expected e.g. 10,20,50)", option)
+        if n < 1:
+            _bad(f"counts must be >= 1, got {n}", option)
+        out.append(n)
+    return out
+
+
+def _names(value: str, option: str, choices: tuple[str, ...]) -> list[str]:
+    parts = [p.strip() for p in value.split(",") if p.strip()]
+    if parts == ["all"]:
+        return list(choices)
+    unknown = [p for p in parts if p not in choices]
+    if not parts or unknown:
+        _bad(f"unknown {unknown or value!r}: choose from {', '.join(choices)} or 'all'", option)
+    return parts
+
+
+def _emit_json(data: Any) -> None:
+    typer.echo(json.dumps(data, indent=2))
+
+
+@app.command()
+def simulate(
+    keys: Annotated[str, typer.Option("--keys", "-k", help="Key counts K, comma-separated.")]
+    = "64,400,2000",
+    members: Annotated[str, typer.Option("--members", "-n",
+                                         help="Member counts N, comma-separated.")]
+    = "10,20,50",
+    scenario: Annotated[str, typer.Option(
+        "--scenario", "-s", help=f"Scenarios ({', '.join(SCENARIOS)}), comma-separated, or all."
+    )] = "all",
+    strategy: Annotated[str, typer.Option(
+        "--strategy", help=f"Strategies ({', '.join(SIM_STRATEGIES)}), comma-separated, or all."
+    )] = "all",
+    seed: Annotated[int, typer.Option(help="Seed of pod names and of random events.")] = 0,
+    vnodes: Annotated[int, typer.Option(help="Ketama virtual nodes per member.")]
+    = DEFAULT_VNODES,
+    consumer: Annotated[str, typer.Option(help="Consumer name of the simulated keys.")]
+    = DEFAULT_CONSUMER,
+    summary_only: Annotated[bool, typer.Option("--summary-only",
+                                               help="Print only the summary and checks.")]
+    = False,
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON instead of tables.")]
+    = False,
+    plot: Annotated[Path | None, typer.Option(
+        "--plot", help="Also write a matplotlib figure (needs the 'plot' extra).",
+        dir_okay=False,
+    )] = None,
+) -> None:
+    """Simulate placement quality: load, keys moved and moves per key, per strategy."""
+    k_list = _ints(keys, "--keys")
+    n_list = _ints(members, "--members")
+    scenarios = _names(scenario, "--scenario", SCENARIOS)
+    strategies = _names(strategy, "--strategy", SIM_STRATEGIES)
+    if vnodes < 1:
+        _bad(f"must be >= 1, got {vnodes}", "--vnodes")
+    try:
+        report = run_grid(k_list, n_list, scenarios, strategies, seed=seed, vnodes=vnodes,
+                          consumer=consumer)
+    except UnknownScenarioError as exc:
+        _bad(str(exc), "--scenario")
+    except UnknownStrategyError as exc:
+        _bad(str(exc), "--strategy")
+    except SimulationSizeError as exc:
+        _bad(str(exc), "--members")
+    except ConfigurationError as exc:
+        _bad(str(exc), "arguments")
+    if plot is not None:
+        from hashring.sim.plot import PlotUnavailableError, write_plot
+
+        try:
+            write_plot(report, plot)
+        except PlotUnavailableError as exc:
+            _bad(str(exc), "--plot")
+        typer.echo(f"wrote {plot}", err=True)
+    if as_json:
+        _emit_json(report.to_dict())
+        return
+    from hashring.sim.report import render_report
+
+    render_report(report, _console(), details=not summary_only)
+    if not all(c.passed for c in report.checks()):
+        raise typer.Exit(1)
+
+
+def _explanation_tables(expl: Explanation) -> tuple[Table, Table]:
+    keys = Table(title=f"{expl.strategy}: consumer {expl.consumer!r}, {len(expl.members)} "
+                       f"members, replicas={expl.replicas}")
+    for col in ("shard", "key hash", "primary", "backups", "why"):
+        keys.add_column(col, overflow="fold")
+    for k in expl.keys:
+        keys.add_row(k.shard, f"0x{k.key_hash:016x}", k.primary, ", ".join(k.backups) or "-",
+                     k.reason)
+    counts = Table(title="per member")
+    counts.add_column("member")
+    counts.add_column("primary", justify="right")
+    counts.add_column("backup", justify="right")
+    if expl.quotas is not None:
+        counts.add_column("quota", justify="right")
+    for m, c in expl.counts().items():
+        row = [m, str(c["primary"]), str(c["backup"])]
+        if expl.quotas is not None:
+            row.append(str(expl.quotas[m]))
+        counts.add_row(*row)
+    return keys, counts
+
+
+@app.command(name="explain")
+def explain_cmd(
+    members: Annotated[str, typer.Option("--members", "-m",
+                                         help="Member names, comma-separated.")],
+    consumer: Annotated[str, typer.Option("--consumer", "-c", help="Consumer name.")],
+    shards: Annotated[int | None, typer.Option(
+        help="Number of Kinesis-style shard ids shardId-000000000000... (default 16)."
+    )] = None,
+    shard_ids: Annotated[str | None, typer.Option(
+        "--shard-ids", help="Explicit shard ids, comma-separated (instead of --shards)."
+    )] = None,
+    strategy: Annotated[str, typer.Option(
+        help=f"One of {', '.join(EXPLAIN_STRATEGIES)}."
+    )] = "rendezvous",
+    replicas: Annotated[int, typer.Option(help="Backups per key.")] = 0,
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON instead of tables.")]
+    = False,
+) -> None:
+    """Show who owns each shard (primary and backups) and why."""
+    member_list = [m.strip() for m in members.split(",") if m.strip()]
+    try:
+        ids = shard_list(shards, None if shard_ids is None else shard_ids.split(","))
+    except ConfigurationError as exc:
+        _bad(str(exc), "--shards/--shard-ids")
+    try:
+        expl = explain(member_list, consumer, ids, strategy=strategy, replicas=replicas)
+    except UnknownStrategyError as exc:
+        _bad(str(exc), "--strategy")
+    except InvalidReplicasError as exc:
+        _bad(str(exc), "--replicas")
+    except InvalidMembersError as exc:
+        _bad(str(exc), "--members")
+    except ConfigurationError as exc:
+        _bad(str(exc), "arguments")
+    if as_json:
+        _emit_json(expl.to_dict())
+        return
+    console = _console()
+    for table in _explanation_tables(expl):
+        console.print(table)
+
+
+def main() -> None:
+    """Entry point for ``python -m hashring.cli``."""
+    app()
+
+
+if __name__ == "__main__":
+    main()

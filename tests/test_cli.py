@@ -1,0 +1,183 @@
+"""The ``hashring`` command (typer) through typer's CliRunner: simulate and explain."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from hashring import owners_of, plan_assignment
+from hashring.cli import app
+from hashring.hashing import key_hash
+
+runner = CliRunner()
+
+
+def flat(text: str) -> str:
+    """Output with rich's box characters and line wrapping removed."""
+    for ch in "│╭╮╰╯─":
+        text = text.replace(ch, " ")
+    return " ".join(text.split())
+
+
+# --- simulate -----------------------------------------------------------------------------
+
+
+def test_simulate_json() -> None:
+    result = runner.invoke(app, ["simulate", "--keys", "30,64", "--members", "4,6", "--json"])
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.stdout)
+    assert data["params"]["strategies"] == ["range", "rendezvous", "jump", "ketama", "balanced"]
+    assert len(data["results"]) == 2 * 2 * 5 * 5
+    assert data["checks"] and all(c["passed"] for c in data["checks"])
+    planner = [r for r in data["results"] if r["strategy"] == "balanced"]
+    assert max(r["worst_spread"] for r in planner) <= 1
+
+
+def test_simulate_tables_for_chosen_scenarios_and_strategies() -> None:
+    result = runner.invoke(app, ["simulate", "-k", "64", "-n", "10", "--scenario",
+                                 "steady,rolling-deploy", "--strategy", "range,balanced"])
+    assert result.exit_code == 0, result.output
+    out = result.output
+    assert "steady: keys per member" in out and "rolling-deploy: moves per key" in out
+    assert "scale-out" not in out.split("summary")[0]
+    assert "PASS balanced: max - min <= 1" in flat(out)
+    assert "rendezvous" not in out
+
+
+@pytest.mark.parametrize(
+    ("args", "option", "words"),
+    [
+        (["--scenario", "meltdown"], "--scenario", "meltdown"),
+        (["--strategy", "maglev"], "--strategy", "maglev"),
+        (["--keys", "ten"], "--keys", "not a whole number"),
+        (["--members", "0"], "--members", ">= 1"),
+        (["--members", "1", "--scenario", "crash"], "--members", "at least 2 members"),
+        (["--vnodes", "0"], "--vnodes", ">= 1"),
+    ],
+)
+def test_simulate_rejects_bad_arguments(args: list[str], option: str, words: str) -> None:
+    result = runner.invoke(app, ["simulate", "-k", "20", *args])
+    assert result.exit_code == 2
+    assert option in flat(result.output) and words in flat(result.output)
+
+
+def test_simulate_writes_a_png(tmp_path: Path) -> None:
+    target = tmp_path / "placement.png"
+    result = runner.invoke(app, ["simulate", "-k", "40", "-n", "4,5", "--plot", str(target),
+                                 "--json"])
+    assert result.exit_code == 0, result.output
+    assert target.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert json.loads(result.stdout)["params"]["members"] == [4, 5]
+
+
+def test_simulate_plot_without_matplotlib_says_how_to_fix(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setitem(sys.modules, "matplotlib", None)
+    monkeypatch.setitem(sys.modules, "matplotlib.figure", None)
+    target = tmp_path / "x.png"
+    result = runner.invoke(app, ["simulate", "-k", "20", "-n", "3", "--plot", str(target)])
+    assert result.exit_code == 2
+    assert "kinesis-hashring[plot]" in flat(result.output)
+    assert not target.exists()
+
+
+# --- explain ------------------------------------------------------------------------------
+
+
+def explain_json(*args: str) -> dict:  # type: ignore[type-arg]
+    result = runner.invoke(app, ["explain", *args, "--json"])
+    assert result.exit_code == 0, result.output
+    return json.loads(result.stdout)  # type: ignore[no-any-return]
+
+
+@pytest.mark.parametrize("strategy", ["range", "rendezvous"])
+def test_explain_owners_match_the_library(strategy: str) -> None:
+    data = explain_json("--members", "c,a,b", "--consumer", "orders", "--shards", "16",
+                        "--strategy", strategy, "--replicas", "1")
+    assert data["members"] == ["a", "b", "c"]
+    assert [k["shard"] for k in data["keys"]] == [f"shardId-{i:012d}" for i in range(16)]
+    for k in data["keys"]:
+        owners = owners_of("orders", k["shard"], ["a", "b", "c"], strategy=strategy, replicas=1)
+        assert [k["primary"], *k["backups"]] == owners
+        assert k["key_hash"] == key_hash("orders", k["shard"])
+    counts = data["counts"]
+    assert sum(c["primary"] for c in counts.values()) == 16
+    assert sum(c["backup"] for c in counts.values()) == 16
+
+
+def test_explain_range_names_the_keyspace_range() -> None:
+    data = explain_json("-m", "a,b,c,d", "-c", "orders", "--strategy", "range")
+    assert len(data["keys"]) == 16  # the default shard count
+    for k in data["keys"]:
+        d = k["detail"]
+        assert d["range_start"] <= k["key_hash"] < d["range_end"]
+        assert ["a", "b", "c", "d"][d["range_index"]] == k["primary"]
+        assert d["range_end"] - d["range_start"] in (2**62, 2**62 + 1)
+
+
+def test_explain_rendezvous_shows_the_winning_scores() -> None:
+    data = explain_json("-m", "p,q,r,s,t", "-c", "orders", "--shard-ids", "s1, s2")
+    assert [k["shard"] for k in data["keys"]] == ["s1", "s2"]
+    for k in data["keys"]:
+        scores = [s for _, s in k["detail"]["scores"]]
+        assert scores == sorted(scores, reverse=True)
+        assert k["detail"]["scores"][0][0] == k["primary"]
+
+
+def test_explain_jump_reports_fall_through_for_a_missing_ordinal() -> None:
+    data = explain_json("-m", "w-0,w-1,w-3", "-c", "orders", "--shards", "40",
+                        "--strategy", "jump")
+    missing = [k for k in data["keys"] if k["detail"]["bucket"] == 2]
+    assert missing and all(k["detail"]["fell_through"] for k in missing)
+    assert all(k["primary"] == f"w-{k['detail']['bucket']}"
+               for k in data["keys"] if k["detail"]["bucket"] != 2)
+    assert {k["detail"]["buckets"] for k in data["keys"]} == {4}
+
+
+def test_explain_balanced_follows_the_planner() -> None:
+    data = explain_json("-m", "a,b,c", "-c", "orders", "--shards", "10",
+                        "--strategy", "balanced")
+    plan = plan_assignment(["a", "b", "c"], [f"orders/shardId-{i:012d}" for i in range(10)])
+    assert {k["hashed_key"]: k["primary"] for k in data["keys"]} == {
+        key: owners[0] for key, owners in plan.owners.items()
+    }
+    primaries = [c["primary"] for c in data["counts"].values()]
+    assert max(primaries) - min(primaries) <= 1 and data["quotas"] == dict(plan.quotas)
+
+
+def test_explain_table_output() -> None:
+    result = runner.invoke(app, ["explain", "-m", "pod-a,pod-b", "-c", "orders",
+                                 "--shards", "3", "--replicas", "1"])
+    assert result.exit_code == 0, result.output
+    out = flat(result.output)
+    assert "shardId-000000000002" in out and "per member" in out
+    assert "highest scores" in out and "pod-a" in out and "pod-b" in out
+
+
+@pytest.mark.parametrize(
+    ("args", "option", "words"),
+    [
+        (["-m", "a,b", "--strategy", "jump"], "--members", "name-<ordinal>"),
+        (["-m", "a,b", "--replicas", "2"], "--replicas", "at least 3 members"),
+        (["-m", "a,a"], "--members", "duplicate"),
+        (["-m", ","], "--members", "empty"),
+        (["-m", "a,b", "--strategy", "ketama"], "--strategy", "choose one of"),
+        (["-m", "a,b", "--shards", "2", "--shard-ids", "x"], "--shard-ids", "not both"),
+        (["-m", "a,b", "--shards", "0"], "--shards", ">= 1"),
+        (["-m", "a,b", "--shard-ids", "x,x"], "--shard-ids", "duplicate"),
+    ],
+)
+def test_explain_rejects_bad_arguments(args: list[str], option: str, words: str) -> None:
+    result = runner.invoke(app, ["explain", "-c", "orders", *args])
+    assert result.exit_code == 2
+    assert option in flat(result.output) and words in flat(result.output)
+
+
+def test_explain_requires_members_and_consumer() -> None:
+    result = runner.invoke(app, ["explain", "--members", "a"])
+    assert result.exit_code == 2 and "--consumer" in flat(result.output)
