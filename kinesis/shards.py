@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import heapq
 import threading
-from collections.abc import Iterable, Mapping
+import time
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -78,7 +79,8 @@ class ShardDiscovery:
 
     Thread-safe. ``page_size`` is ListShards' ``MaxResults`` (1..10000). Pagination follows
     the AWS rule: the first call names the stream; follow-up calls pass only ``NextToken``.
-    Throttling and 5xx answers are retried with jittered exponential backoff.
+    Throttling and 5xx answers are retried with jittered exponential backoff. ``timer`` is
+    the cache's clock (monotonic seconds).
     """
 
     def __init__(
@@ -89,6 +91,7 @@ class ShardDiscovery:
         cache_ttl: float = 30.0,
         page_size: int = 1000,
         max_attempts: int = 8,
+        timer: Callable[[], float] = time.monotonic,
     ):
         if not stream_name:
             raise ConfigurationError("stream_name must be a non-empty string")
@@ -103,7 +106,7 @@ class ShardDiscovery:
         self.calls = 0
         """ListShards pages fetched so far (for tests and metrics)."""
         self._cache: TTLCache[str, tuple[Shard, ...]] | None = (
-            TTLCache(maxsize=1, ttl=cache_ttl) if cache_ttl > 0 else None
+            TTLCache(maxsize=1, ttl=cache_ttl, timer=timer) if cache_ttl > 0 else None
         )
         self._lock = threading.Lock()
 

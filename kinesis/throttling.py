@@ -17,7 +17,7 @@ from tenacity import (
     Retrying,
     retry_if_exception,
     stop_after_attempt,
-    wait_exponential_jitter,
+    wait_random_exponential,
 )
 
 from kinesis.errors import KinesisRetriesExhaustedError
@@ -82,7 +82,7 @@ def call_with_retries(
     retrying = Retrying(
         retry=retry_if_exception(is_retryable),
         stop=stop_after_attempt(max_attempts),
-        wait=wait_exponential_jitter(initial=initial_wait, max=max_wait),
+        wait=wait_random_exponential(multiplier=initial_wait, max=max_wait),
         sleep=sleep,
         before_sleep=before_sleep,
     )

@@ -30,3 +30,15 @@ def aws(_moto_server: LocalAWS) -> LocalAWS:
     """A clean moto server (HTTP on 127.0.0.1): ``aws.endpoint_url``, ``aws.client(name)``."""
     _moto_server.reset()
     return _moto_server
+
+
+# --- Kinesis resharding (helper D): moto patched to reshard like AWS ----------------------
+
+
+@pytest.fixture
+def kinesis_resharding(aws: LocalAWS) -> Iterator[LocalAWS]:
+    """The ``aws`` server with moto's Kinesis resharding fixed (tests/support/moto_kinesis.py)."""
+    from tests.support.moto_kinesis import kinesis_resharding as patched
+
+    with patched():
+        yield aws
