@@ -238,6 +238,28 @@ def _check_user_record(partition_key: str, data: bytes, explicit_hash_key: str |
         )
 
 
+def _entry(
+    partition_key: str,
+    data: bytes,
+    ehk: str | None,
+    pk_index: dict[str, int],
+    ehk_index: dict[str, int],
+) -> tuple[bytes, bool, bool]:
+    """The bytes one user record adds to an aggregate with these tables, and which tables grow."""
+    new_pk = partition_key not in pk_index
+    new_ehk = ehk is not None and ehk not in ehk_index
+    rec = _varint_field(1, pk_index.get(partition_key, len(pk_index)))
+    if ehk is not None:
+        rec += _varint_field(2, ehk_index.get(ehk, len(ehk_index)))
+    rec += _len_field(3, bytes(data))
+    extra = _len_field(3, rec)
+    if new_pk:
+        extra = _len_field(1, partition_key.encode("utf-8")) + extra
+    if ehk is not None and new_ehk:
+        extra = _len_field(2, ehk.encode("utf-8")) + extra
+    return extra, new_pk, new_ehk
+
+
 class RecordAggregator:
     """Pack user records into KPL aggregates of at most ``max_bytes`` (data + partition key).
 
@@ -272,20 +294,7 @@ class RecordAggregator:
         return self._count
 
     def _encoded(self, partition_key: str, data: bytes, ehk: str | None) -> tuple[bytes, bool, bool]:
-        new_pk = partition_key not in self._pk_index
-        new_ehk = ehk is not None and ehk not in self._ehk_index
-        pk_i = self._pk_index.get(partition_key, len(self._pk_index))
-        rec = _varint_field(1, pk_i)
-        if ehk is not None:
-            rec += _varint_field(2, self._ehk_index.get(ehk, len(self._ehk_index)))
-        rec += _len_field(3, bytes(data))
-        extra = _len_field(3, rec)
-        if new_pk:
-            extra = _len_field(1, partition_key.encode("utf-8")) + extra
-        if new_ehk:
-            assert ehk is not None
-            extra = _len_field(2, ehk.encode("utf-8")) + extra
-        return extra, new_pk, new_ehk
+        return _entry(partition_key, data, ehk, self._pk_index, self._ehk_index)
 
     def _size_with(self, extra: bytes, partition_key: str) -> int:
         """Bytes Kinesis counts for the aggregate with ``extra`` added: data + partition key."""
@@ -297,6 +306,14 @@ class RecordAggregator:
     ) -> AggregatedRecord | None:
         """Add one user record; returns the previous aggregate if this record did not fit."""
         _check_user_record(partition_key, data, explicit_hash_key)
+        alone, _, _ = _entry(partition_key, data, explicit_hash_key, {}, {})
+        alone_size = len(MAGIC) + len(alone) + DIGEST_SIZE + len(partition_key.encode("utf-8"))
+        if alone_size > self.max_bytes:
+            raise RecordTooLargeError(
+                f"user record with partition key {partition_key!r:.80} is {len(data)} bytes; "
+                f"aggregated it would take {alone_size} bytes, over the {self.max_bytes}-byte "
+                "limit (Kinesis: 1 MiB per record incl. partition key): split the payload"
+            )
         finished: AggregatedRecord | None = None
         full = self.max_records is not None and self._count >= self.max_records
         extra, new_pk, new_ehk = self._encoded(partition_key, data, explicit_hash_key)
@@ -306,13 +323,6 @@ class RecordAggregator:
         if not self._count:
             self._first_pk = partition_key
             self._first_ehk = explicit_hash_key or str(partition_key_hash(partition_key))
-            if self._size_with(extra, partition_key) > self.max_bytes:
-                self._reset()
-                raise RecordTooLargeError(
-                    f"user record with partition key {partition_key!r:.80} is "
-                    f"{len(data)} bytes; aggregated it would exceed the {self.max_bytes}-byte "
-                    "Kinesis record limit (1 MiB incl. partition key): split the payload"
-                )
         # Protobuf lets repeated fields interleave, so a record's new table entries are written
         # just before it: one pass, O(1) per record; conforming decoders collect each list.
         if new_pk:
