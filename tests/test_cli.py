@@ -12,6 +12,7 @@ from typer.testing import CliRunner
 from hashring import owners_of, plan_assignment
 from hashring.cli import app
 from hashring.hashing import key_hash
+from hashring.simulate import Check, GridReport
 
 runner = CliRunner()
 
@@ -63,6 +64,21 @@ def test_simulate_rejects_bad_arguments(args: list[str], option: str, words: str
     result = runner.invoke(app, ["simulate", "-k", "20", *args])
     assert result.exit_code == 2
     assert option in flat(result.output) and words in flat(result.output)
+
+
+@pytest.mark.parametrize("as_json", [False, True])
+def test_simulate_exits_1_when_a_check_fails(
+    monkeypatch: pytest.MonkeyPatch, as_json: bool
+) -> None:
+    failing = [Check("balanced: max - min <= 1 in every state", False, "worst max - min 3")]
+    monkeypatch.setattr(GridReport, "checks", lambda self: failing)
+    args = ["simulate", "-k", "20", "-n", "3", "--strategy", "balanced"]
+    result = runner.invoke(app, [*args, "--json"] if as_json else args)
+    assert result.exit_code == 1
+    if as_json:
+        assert json.loads(result.stdout)["checks"][0]["passed"] is False
+    else:
+        assert "FAIL balanced: max - min <= 1" in flat(result.output)
 
 
 def test_simulate_writes_a_png(tmp_path: Path) -> None:
