@@ -1,0 +1,353 @@
+"""ShardReader and read_range over HTTP against moto (with the resharding patch), faults injected
+at the HTTP layer (throttling, 5xx, expired iterators)."""
+
+from __future__ import annotations
+
+import threading
+from datetime import UTC, datetime
+from typing import Any
+
+import pytest
+from botocore.config import Config
+
+from kinesis.aggregation import aggregate
+from kinesis.errors import (
+    ConfigurationError,
+    KinesisRetriesExhaustedError,
+    ShardNotFoundError,
+    StreamNotFoundError,
+)
+from kinesis.positions import InitialPosition, Position
+from kinesis.reader import ShardReader, read_range
+from kinesis.records import Record
+from kinesis.testing import LocalAWS
+from tests.support.kinesis_faults import FaultInjector
+
+STREAM = "reader-test"
+SHARD = "shardId-000000000000"
+NO_BOTO_RETRIES = Config(retries={"total_max_attempts": 1})
+
+
+@pytest.fixture
+def kinesis(kinesis_resharding: LocalAWS) -> Any:
+    client = kinesis_resharding.client("kinesis", config=NO_BOTO_RETRIES)
+    client.create_stream(StreamName=STREAM, ShardCount=1)
+    return client
+
+
+def put(client: Any, n: int, prefix: str = "r") -> list[bytes]:
+    data = [f"{prefix}{i}".encode() for i in range(n)]
+    client.put_records(StreamName=STREAM, Records=[{"Data": d, "PartitionKey": d.decode()} for d in data])
+    return data
+
+
+def put_aggregate(client: Any, keys: list[str]) -> str:
+    (agg,) = aggregate([(k, f"payload-{k}".encode()) for k in keys])
+    return str(client.put_record(StreamName=STREAM, **agg.put_records_entry())["SequenceNumber"])
+
+
+def drain(reader: ShardReader, max_batches: int = 50) -> list[Record]:
+    out: list[Record] = []
+    for _ in range(max_batches):
+        batch = reader.read_batch()
+        out += batch.records
+        if batch.shard_ended or (not batch.records and batch.millis_behind_latest == 0):
+            return out
+    raise AssertionError("reader did not catch up")
+
+
+def datas(records: list[Record]) -> list[bytes]:
+    return [r.data for r in records]
+
+
+# --- start positions --------------------------------------------------------------------------
+
+
+def test_trim_horizon_reads_everything_in_order_in_batches(kinesis: Any) -> None:
+    written = put(kinesis, 11)
+    reader = ShardReader(kinesis, STREAM, SHARD, InitialPosition.TRIM_HORIZON, max_records=4)
+    got = drain(reader)
+    assert datas(got) == written
+    assert [r.position for r in got] == sorted(r.position for r in got)
+    assert reader.stats.get_records_calls == 4 and reader.stats.iterators_acquired == 1
+    assert reader.last_position == got[-1].position
+    assert all(r.stream_name == STREAM and r.shard_id == SHARD and not r.aggregated for r in got)
+
+
+def test_latest_skips_existing_records_and_reports_idle(kinesis: Any) -> None:
+    put(kinesis, 3, "old")
+    reader = ShardReader(kinesis, STREAM, SHARD, InitialPosition.LATEST, idle_backoff=0.7)
+    empty = reader.read_batch()
+    assert empty.records == [] and empty.millis_behind_latest == 0
+    assert empty.suggested_wait == 0.7 and not empty.shard_ended
+    new = put(kinesis, 2, "new")
+    batch = reader.read_batch()
+    assert datas(batch.records) == new and batch.suggested_wait == 0.0
+
+
+def test_at_timestamp_starts_at_the_first_record_at_or_after_it(kinesis: Any) -> None:
+    put(kinesis, 4, "early")
+    # Let the clock move on so the two groups have distinct arrival times (not a synchronisation).
+    threading.Event().wait(0.05)
+    late = put(kinesis, 3, "late")
+    everything = drain(ShardReader(kinesis, STREAM, SHARD, InitialPosition.TRIM_HORIZON))
+    boundary = next(r for r in everything if r.data == late[0]).approximate_arrival_timestamp
+    assert boundary is not None
+    reader = ShardReader(kinesis, STREAM, SHARD, InitialPosition.at_timestamp(boundary))
+    assert datas(drain(reader)) == late
+    future = InitialPosition.at_timestamp(datetime(2999, 1, 1, tzinfo=UTC))
+    assert drain(ShardReader(kinesis, STREAM, SHARD, future)) == []
+
+
+def test_resume_after_a_checkpoint_delivers_strictly_later_records(kinesis: Any) -> None:
+    written = put(kinesis, 6)
+    everything = drain(ShardReader(kinesis, STREAM, SHARD, InitialPosition.TRIM_HORIZON))
+    checkpoint = everything[2].position
+    resumed = drain(ShardReader(kinesis, STREAM, SHARD, checkpoint))
+    assert datas(resumed) == written[3:]
+
+
+def test_resume_in_the_middle_of_an_aggregate_skips_processed_sub_records(kinesis: Any) -> None:
+    put(kinesis, 1, "before")
+    seq = put_aggregate(kinesis, ["a", "b", "c", "d"])
+    after = put(kinesis, 1, "after")
+    resumed = drain(ShardReader(kinesis, STREAM, SHARD, Position(seq, 1)))
+    assert [(r.sequence_number, r.sub_sequence_number, r.partition_key) for r in resumed[:2]] == [
+        (seq, 2, "c"), (seq, 3, "d"),
+    ]
+    assert datas(resumed[2:]) == after
+    # A checkpoint on the last sub-record resumes after the whole aggregate.
+    assert datas(drain(ShardReader(kinesis, STREAM, SHARD, Position(seq, 3)))) == after
+
+
+def test_kpl_aggregate_round_trip_through_kinesis(kinesis: Any) -> None:
+    keys = [f"user-{i}" for i in range(50)]
+    seq = put_aggregate(kinesis, keys)
+    got = drain(ShardReader(kinesis, STREAM, SHARD, InitialPosition.TRIM_HORIZON))
+    assert [r.partition_key for r in got] == keys
+    assert [r.sub_sequence_number for r in got] == list(range(50))
+    assert {r.sequence_number for r in got} == {seq}
+    assert datas(got) == [f"payload-{k}".encode() for k in keys]
+    assert all(r.aggregated for r in got)
+
+
+# --- faults -----------------------------------------------------------------------------------
+
+
+def test_throttling_and_5xx_are_retried_without_loss_or_duplicates(kinesis: Any) -> None:
+    written = put(kinesis, 9)
+    faults = FaultInjector(kinesis)
+    reader = ShardReader(kinesis, STREAM, SHARD, InitialPosition.TRIM_HORIZON, max_records=3, max_wait=0.05)
+    first = reader.read_batch()
+    faults.fail("GetRecords", "ProvisionedThroughputExceededException", times=3)
+    faults.fail("GetRecords", "InternalFailure", status=500)
+    rest = drain(reader)
+    assert datas(first.records + rest) == written
+    assert faults.injected["GetRecords"] == 4 and reader.stats.transient_retries == 4
+    assert reader.stats.iterators_acquired == 1  # throttling does not need a new iterator
+
+
+def test_retry_budget_exhausted_raises_and_the_reader_can_go_on(kinesis: Any) -> None:
+    written = put(kinesis, 4)
+    faults = FaultInjector(kinesis)
+    reader = ShardReader(kinesis, STREAM, SHARD, InitialPosition.TRIM_HORIZON, max_records=2,
+                         max_attempts=3, max_wait=0.01)
+    first = reader.read_batch()
+    faults.fail("GetRecords", "ProvisionedThroughputExceededException", times=3)
+    with pytest.raises(KinesisRetriesExhaustedError, match=f"GetRecords on shard {SHARD}"):
+        reader.read_batch()
+    assert datas(first.records + drain(reader)) == written
+
+
+def test_expired_iterator_is_reacquired_after_the_last_record_delivered(kinesis: Any) -> None:
+    written = put(kinesis, 10)
+    faults = FaultInjector(kinesis)
+    reader = ShardReader(kinesis, STREAM, SHARD, InitialPosition.TRIM_HORIZON, max_records=4)
+    first = reader.read_batch()
+    faults.fail("GetRecords", "ExpiredIteratorException")
+    rest = drain(reader)
+    assert datas(first.records + rest) == written
+    assert reader.stats.expired_iterators == 1 and reader.stats.iterators_acquired == 2
+    assert faults.injected["GetRecords"] == 1
+
+
+def test_expired_iterator_in_the_middle_of_an_aggregate(kinesis: Any) -> None:
+    seq = put_aggregate(kinesis, ["a", "b", "c", "d", "e"])
+    after = put(kinesis, 2, "after")
+    reader = ShardReader(kinesis, STREAM, SHARD, InitialPosition.TRIM_HORIZON)
+    head = list(reader.iter_records(max_records=2))
+    assert [r.position for r in head] == [Position(seq, 0), Position(seq, 1)]
+    assert reader.last_position == Position(seq, 1)
+    faults = FaultInjector(kinesis)
+    faults.fail("GetRecords", "ExpiredIteratorException")
+    rest = drain(reader)
+    assert [r.partition_key for r in rest[:3]] == ["c", "d", "e"]
+    assert datas(rest[3:]) == after
+    assert reader.stats.expired_iterators == 1
+
+
+def test_expired_latest_iterator_before_any_record_loses_nothing(kinesis: Any) -> None:
+    put(kinesis, 3, "old")
+    reader = ShardReader(kinesis, STREAM, SHARD, InitialPosition.LATEST)
+    assert reader.read_batch().records == []
+    new = put(kinesis, 3, "new")
+    faults = FaultInjector(kinesis)
+    faults.fail("GetRecords", "ExpiredIteratorException")
+    assert datas(drain(reader)) == new
+    assert reader.stats.expired_iterators == 1
+
+
+def test_stop_during_retries_ends_read_batch_at_once(kinesis: Any) -> None:
+    put(kinesis, 2)
+    faults = FaultInjector(kinesis)
+    reader = ShardReader(kinesis, STREAM, SHARD, InitialPosition.TRIM_HORIZON, max_attempts=50, max_wait=60)
+    faults.fail("GetRecords", "ProvisionedThroughputExceededException", on_inject=reader.stop)
+    faults.fail("GetRecords", "ProvisionedThroughputExceededException", times=49)
+    result = reader.read_batch()
+    assert result.stopped and result.records == []
+    assert faults.injected["GetRecords"] == 1
+    assert reader.wait(30) is True  # returns at once once stopped
+    assert reader.read_batch().stopped
+
+
+# --- SHARD_END and errors ---------------------------------------------------------------------
+
+
+def test_shard_end_after_a_split(kinesis: Any) -> None:
+    before = put(kinesis, 5, "before")
+    kinesis.split_shard(StreamName=STREAM, ShardToSplit=SHARD, NewStartingHashKey=str(2**127))
+    after = put(kinesis, 12, "after")
+    reader = ShardReader(kinesis, STREAM, SHARD, InitialPosition.TRIM_HORIZON, max_records=2)
+    got = drain(reader)
+    assert datas(got) == before
+    assert reader.shard_ended
+    final = reader.read_batch()
+    calls = reader.stats.get_records_calls
+    assert final.shard_ended and final.records == []
+    assert final.child_shard_ids == ("shardId-000000000001", "shardId-000000000002")
+    assert reader.read_batch().shard_ended and reader.stats.get_records_calls == calls
+    children = [
+        drain(ShardReader(kinesis, STREAM, f"shardId-00000000000{i}", InitialPosition.TRIM_HORIZON))
+        for i in (1, 2)
+    ]
+    assert sorted(datas(children[0] + children[1])) == sorted(after)
+
+
+def test_missing_shard_and_stream_raise_clear_errors(kinesis: Any) -> None:
+    with pytest.raises(ShardNotFoundError, match=r"shardId-000000000042.*reader-test"):
+        ShardReader(kinesis, STREAM, "shardId-000000000042", InitialPosition.TRIM_HORIZON).read_batch()
+    with pytest.raises(StreamNotFoundError, match=r"'nope'.*us-east-1"):
+        ShardReader(kinesis, "nope", SHARD, InitialPosition.TRIM_HORIZON).read_batch()
+
+
+def test_bad_arguments_are_refused() -> None:
+    with pytest.raises(ConfigurationError, match="max_records"):
+        ShardReader(None, STREAM, SHARD, max_records=10001)
+    with pytest.raises(ConfigurationError, match="start must be"):
+        ShardReader(None, STREAM, SHARD, "LATEST")  # type: ignore[arg-type]
+    with pytest.raises(ConfigurationError, match="sequence_number"):
+        Position("not-a-number")
+    with pytest.raises(ConfigurationError, match="timezone-aware"):
+        InitialPosition.at_timestamp(datetime(2024, 1, 1))
+
+
+def test_initial_position_parse() -> None:
+    assert InitialPosition.parse("latest") == InitialPosition.LATEST
+    assert InitialPosition.parse("TRIM_HORIZON") == InitialPosition.TRIM_HORIZON
+    ts = InitialPosition.parse("AT_TIMESTAMP:2024-05-01T12:00:00")
+    assert ts.timestamp == datetime(2024, 5, 1, 12, tzinfo=UTC)
+    assert InitialPosition.parse(str(ts)) == ts
+    with pytest.raises(ConfigurationError, match="AT_TIMESTAMP"):
+        InitialPosition.parse("SOMEWHERE")
+
+
+def test_position_ordering_is_numeric_and_round_trips() -> None:
+    assert Position("9", 5) < Position("10", 0) < Position("10", 1)
+    assert Position.from_dict(Position("123", 4).to_dict()) == Position("123", 4)
+    with pytest.raises(ConfigurationError, match="sequence_number"):
+        Position.from_dict({"sub_sequence_number": 1})
+
+
+# --- read_range -------------------------------------------------------------------------------
+
+
+def test_read_range_between_two_positions_is_exact_and_replayable(kinesis: Any) -> None:
+    put(kinesis, 3, "a")
+    seq = put_aggregate(kinesis, ["k0", "k1", "k2", "k3"])
+    put(kinesis, 3, "b")
+    everything = drain(ShardReader(kinesis, STREAM, SHARD, InitialPosition.TRIM_HORIZON))
+    positions = [r.position for r in everything]
+    start, end = Position(seq, 1), everything[-2].position
+    expected = [r for r in everything if start < r.position <= end]
+    first = list(read_range(kinesis, STREAM, SHARD, start, end, batch_size=2))
+    assert first == expected and len(first) == 2 + 2
+    assert list(read_range(kinesis, STREAM, SHARD, start, end, batch_size=3)) == expected
+    assert list(read_range(kinesis, STREAM, SHARD, InitialPosition.TRIM_HORIZON, None)) == everything
+    capped = list(read_range(kinesis, STREAM, SHARD, InitialPosition.TRIM_HORIZON, None, max_records=5))
+    assert capped == everything[:5]
+    until_mid = list(read_range(kinesis, STREAM, SHARD, positions[0], Position(seq, 2)))
+    assert [r.position for r in until_mid] == positions[1:6]
+
+
+def test_read_range_stops_when_caught_up_if_until_is_never_reached(kinesis: Any) -> None:
+    written = put(kinesis, 3)
+    got = list(read_range(kinesis, STREAM, SHARD, InitialPosition.TRIM_HORIZON, Position("999999")))
+    assert datas(got) == written
+
+
+def test_iter_records_holds_back_unyielded_records(kinesis: Any) -> None:
+    written = put(kinesis, 7)
+    reader = ShardReader(kinesis, STREAM, SHARD, InitialPosition.TRIM_HORIZON)
+    head = list(reader.iter_records(max_records=3))
+    calls = reader.stats.get_records_calls
+    tail = reader.read_batch()
+    assert reader.stats.get_records_calls == calls  # served from what was held back
+    assert datas(head) + datas(tail.records) == written
+    assert reader.stats.records_delivered == 7
+
+
+# --- retry helper -----------------------------------------------------------------------------
+
+
+def test_a_long_retry_backoff_is_interrupted_by_the_stop_event() -> None:
+    from botocore.exceptions import ClientError
+
+    from kinesis.throttling import ShutdownRequested, call_with_retries
+
+    stop, called = threading.Event(), threading.Event()
+    outcome: list[BaseException] = []
+
+    def throttled() -> None:
+        called.set()
+        raise ClientError({"Error": {"Code": "ProvisionedThroughputExceededException"}}, "GetRecords")
+
+    def run() -> None:
+        try:
+            call_with_retries(throttled, what="test", max_attempts=100, initial_wait=100,
+                              max_wait=100, stop_event=stop)
+        except BaseException as exc:
+            outcome.append(exc)
+
+    worker = threading.Thread(target=run)
+    worker.start()
+    assert called.wait(10)
+    stop.set()
+    worker.join(10)
+    assert not worker.is_alive()
+    assert len(outcome) == 1 and isinstance(outcome[0], ShutdownRequested)
+
+
+def test_non_transient_errors_are_not_retried() -> None:
+    from botocore.exceptions import ClientError
+
+    from kinesis.throttling import call_with_retries
+
+    calls = []
+
+    def invalid() -> None:
+        calls.append(1)
+        raise ClientError({"Error": {"Code": "InvalidArgumentException"}}, "GetRecords")
+
+    with pytest.raises(ClientError, match="InvalidArgumentException"):
+        call_with_retries(invalid, what="test")
+    assert len(calls) == 1
