@@ -42,3 +42,22 @@ class RecordTooLargeError(AggregationError):
 
 class CheckpointError(KinesisHashRingError, ValueError):
     """A checkpoint was asked for a position that is not allowed (backwards, or not delivered)."""
+
+
+# --- Spark source (spark_integration) ---------------------------------------------------
+
+
+class InvalidOptionError(ConfigurationError):
+    """A ``kinesis`` data source option is missing or wrong; ``option`` names it."""
+
+    def __init__(self, message: str, option: str = ""):
+        super().__init__(message)
+        self.option = option
+
+
+class InvalidOffsetError(KinesisHashRingError, ValueError):
+    """A Spark offset for the ``kinesis`` source cannot be read (corrupt or foreign checkpoint)."""
+
+
+class OffsetRangeUnavailableError(KinesisHashRingError):
+    """A planned micro-batch range can no longer be read in full (records trimmed meanwhile)."""

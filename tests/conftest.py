@@ -42,3 +42,17 @@ def kinesis_resharding(aws: LocalAWS) -> Iterator[LocalAWS]:
 
     with patched():
         yield aws
+
+
+# --- Spark (spark_integration tests) ----------------------------------------------------
+# One local[2] session for the whole test session, created only when a Spark test asks.
+
+
+@pytest.fixture(scope="session")
+def spark() -> Iterator[object]:
+    """A local[2] SparkSession with the ``kinesis`` source registered (UI off, UTC)."""
+    from tests.spark_support import make_session
+
+    session = make_session("local[2]")
+    yield session
+    session.stop()

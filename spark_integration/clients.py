@@ -1,0 +1,42 @@
+"""boto3 clients built from the source options (credentials from the normal boto3 chain)."""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+import boto3
+from botocore.config import Config
+
+from kinesis.errors import InvalidOptionError
+from spark_integration.options import KinesisOptions
+
+_CLIENTS: dict[tuple[str, str | None, str | None], Any] = {}
+_LOCK = threading.Lock()
+
+# Retries of throttling and 5xx are done by kinesis.throttling (jittered, interruptible); the
+# botocore layer only does a couple of quick ones for connection-level hiccups.
+_CONFIG = Config(retries={"max_attempts": 2, "mode": "standard"}, max_pool_connections=32,
+                 connect_timeout=5, read_timeout=30)
+
+
+def client(service: str, options: KinesisOptions) -> Any:
+    """A cached boto3 client for ``service`` in this process (one per region and endpoint).
+
+    boto3 clients are thread-safe; Spark reuses Python workers, so the cache saves the client
+    construction (tens of milliseconds) on every task.
+    """
+    key = (service, options.region, options.endpoint_url)
+    with _LOCK:
+        found = _CLIENTS.get(key)
+        if found is None:
+            session = boto3.session.Session(region_name=options.region)
+            if session.region_name is None:
+                raise InvalidOptionError(
+                    "option 'region': not set, and the boto3 chain has no default region "
+                    "(AWS_REGION / AWS_DEFAULT_REGION / profile): set .option('region', ...)",
+                    option="region",
+                )
+            found = session.client(service, endpoint_url=options.endpoint_url, config=_CONFIG)
+            _CLIENTS[key] = found
+        return found

@@ -1,0 +1,304 @@
+"""Options of the ``kinesis`` data source: parsed and validated once, on the driver.
+
+Every problem raises :class:`~kinesis.errors.InvalidOptionError` naming the option and saying how
+to fix it. Values are never echoed for options whose name looks secret: credentials come from the
+normal boto3 chain (environment, profile, instance/pod role), never from options.
+"""
+
+from __future__ import annotations
+
+import difflib
+import re
+import socket
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Literal
+from urllib.parse import urlparse
+
+from kinesis.errors import InvalidOptionError
+
+InitialPosition = Literal["LATEST", "TRIM_HORIZON", "AT_TIMESTAMP"]
+MembershipKind = Literal["static", "kubernetes", "dynamodb"]
+
+#: Canonical option names (Spark lower-cases option keys; messages use these spellings).
+STREAM_OPTIONS = (
+    "streamName",
+    "region",
+    "endpointUrl",
+    "initialPosition",
+    "initialTimestamp",
+    "maxRecordsPerShard",
+    "maxRecordsPerTrigger",
+    "shardsPerPartition",
+    "describeShardInterval",
+    "leaseTable",
+    "applicationName",
+    "memberId",
+    "membership",
+    "members",
+    "replicas",
+    "leaseDuration",
+)
+_CANONICAL = {name.lower(): name for name in STREAM_OPTIONS}
+_GROUP_ONLY = ("applicationName", "memberId", "membership", "members", "replicas", "leaseDuration")
+_SECRET_HINTS = ("secret", "password", "token", "accesskey", "credential", "sessionkey")
+
+_STREAM_NAME = re.compile(r"^[a-zA-Z0-9_.-]{1,128}$")
+_TABLE_NAME = re.compile(r"^[a-zA-Z0-9_.-]{3,255}$")
+_REGION = re.compile(r"^[a-z]{2}(-[a-z]+)+-\d+$")
+_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h)?\s*$")
+_DURATION_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, None: 1.0}
+
+#: Kinesis returns at most 10,000 records per GetRecords call; a micro-batch may take more
+#: (several calls) but a cap above this keeps a single shard from starving the others.
+DEFAULT_MAX_RECORDS_PER_SHARD = 10_000
+MAX_RECORDS_PER_SHARD_LIMIT = 1_000_000
+
+
+@dataclass(frozen=True)
+class GroupOptions:
+    """Group mode: several Spark applications share the shards through a DynamoDB lease table."""
+
+    lease_table: str
+    application_name: str
+    member_id: str
+    membership: MembershipKind
+    members: tuple[str, ...] = ()
+    replicas: int = 0
+    lease_duration_s: float = 10.0
+
+
+@dataclass(frozen=True)
+class KinesisOptions:
+    """The validated options; picklable, so executors get the same view as the driver."""
+
+    streams: tuple[str, ...]
+    region: str | None = None
+    endpoint_url: str | None = None
+    initial_position: InitialPosition = "LATEST"
+    initial_timestamp_ms: int | None = None
+    max_records_per_shard: int = DEFAULT_MAX_RECORDS_PER_SHARD
+    max_records_per_trigger: int | None = None
+    shards_per_partition: int = 1
+    describe_shard_interval_s: float = 10.0
+    group: GroupOptions | None = None
+    raw: tuple[tuple[str, str], ...] = field(default=(), repr=False, compare=False)
+
+
+def parse_options(options: Mapping[str, str], *, streaming: bool) -> KinesisOptions:
+    """Validate the user's options; ``streaming`` is False for ``spark.read`` (bounded)."""
+    opts = {str(k).lower(): "" if v is None else str(v) for k, v in options.items()}
+    opts.pop("path", None)  # set by .load(path); the stream comes from streamName
+    _reject_unknown(opts)
+
+    streams = _streams(opts.get("streamname"))
+    region = _region(opts.get("region"))
+    endpoint = _endpoint(opts.get("endpointurl"))
+    default_position = "LATEST" if streaming else "TRIM_HORIZON"
+    position = _position(opts.get("initialposition", default_position), streaming=streaming)
+    timestamp = _timestamp(opts.get("initialtimestamp"), position)
+    per_shard = _int(opts, "maxRecordsPerShard", DEFAULT_MAX_RECORDS_PER_SHARD,
+                     low=1, high=MAX_RECORDS_PER_SHARD_LIMIT)
+    per_trigger = _int(opts, "maxRecordsPerTrigger", None, low=1, high=2**62)
+    per_partition = _int(opts, "shardsPerPartition", 1, low=1, high=10_000)
+    interval = _duration(opts, "describeShardInterval", 10.0, low=0.0)
+    group = _group(opts, streaming=streaming)
+    return KinesisOptions(
+        streams=streams,
+        region=region,
+        endpoint_url=endpoint,
+        initial_position=position,
+        initial_timestamp_ms=timestamp,
+        max_records_per_shard=per_shard if per_shard is not None else DEFAULT_MAX_RECORDS_PER_SHARD,
+        max_records_per_trigger=per_trigger,
+        shards_per_partition=per_partition if per_partition is not None else 1,
+        describe_shard_interval_s=interval,
+        group=group,
+        raw=tuple(sorted((k, v) for k, v in opts.items() if not _looks_secret(k))),
+    )
+
+
+def _fail(option: str, message: str) -> InvalidOptionError:
+    return InvalidOptionError(f"option '{option}': {message}", option=option)
+
+
+def _looks_secret(name: str) -> bool:
+    low = name.lower()
+    return any(hint in low for hint in _SECRET_HINTS)
+
+
+def _reject_unknown(opts: Mapping[str, str]) -> None:
+    for key in sorted(opts):
+        if key in _CANONICAL:
+            continue
+        if _looks_secret(key):
+            raise InvalidOptionError(
+                f"option '{key}' is not accepted: credentials are never passed as options. "
+                "Use the boto3 credential chain (AWS_PROFILE, environment variables, or the "
+                "instance/pod role) on the driver and the executors.",
+                option=key,
+            )
+        close = difflib.get_close_matches(key, list(_CANONICAL), n=1, cutoff=0.6)
+        hint = f" Did you mean '{_CANONICAL[close[0]]}'?" if close else ""
+        raise InvalidOptionError(
+            f"unknown option '{key}'.{hint} Known options: {', '.join(STREAM_OPTIONS)}.",
+            option=key,
+        )
+
+
+def _streams(value: str | None) -> tuple[str, ...]:
+    if value is None or not value.strip():
+        raise _fail("streamName", "is required: .option('streamName', 'orders') "
+                    "(several streams: a comma-separated list)")
+    names = [n.strip() for n in value.split(",")]
+    for name in names:
+        if not _STREAM_NAME.match(name):
+            raise _fail("streamName", f"{name!r} is not a valid Kinesis stream name "
+                        "(1-128 characters from a-z, A-Z, 0-9, '_', '.', '-'; "
+                        "separate several streams with commas)")
+    if len(set(names)) != len(names):
+        raise _fail("streamName", f"lists a stream twice: {value!r}")
+    return tuple(sorted(names))
+
+
+def _region(value: str | None) -> str | None:
+    if value is None or value == "":
+        return None
+    if not _REGION.match(value):
+        raise _fail("region", f"{value!r} is not an AWS region name such as 'us-east-1'")
+    return value
+
+
+def _endpoint(value: str | None) -> str | None:
+    if value is None or value == "":
+        return None
+    url = urlparse(value)
+    if url.scheme not in ("http", "https") or not url.netloc:
+        raise _fail("endpointUrl", f"{value!r} is not an http(s) URL such as "
+                    "'http://127.0.0.1:5000' (leave it unset for AWS)")
+    return value.rstrip("/")
+
+
+def _position(value: str, *, streaming: bool) -> InitialPosition:
+    upper = value.strip().upper()
+    if upper not in ("LATEST", "TRIM_HORIZON", "AT_TIMESTAMP"):
+        raise _fail("initialPosition", f"{value!r} is not one of LATEST, TRIM_HORIZON, "
+                    "AT_TIMESTAMP")
+    if upper == "LATEST" and not streaming:
+        raise _fail("initialPosition", "LATEST makes an empty batch read; a batch read "
+                    "(spark.read) backfills from TRIM_HORIZON or AT_TIMESTAMP up to now")
+    return upper  # type: ignore[return-value]
+
+
+def parse_timestamp_ms(value: str) -> int:
+    """Epoch milliseconds from ISO-8601 (naive means UTC) or epoch seconds / milliseconds."""
+    text = value.strip()
+    try:
+        number = float(text)
+    except ValueError:
+        parsed = datetime.fromisoformat(text.replace("Z", "+00:00"))
+        if parsed.tzinfo is None:
+            parsed = parsed.replace(tzinfo=UTC)
+        return int(parsed.timestamp() * 1000)
+    # 1e11 seconds is the year 5138: anything larger is milliseconds.
+    return int(number) if number > 1e11 else int(number * 1000)
+
+
+def _timestamp(value: str | None, position: InitialPosition) -> int | None:
+    if position != "AT_TIMESTAMP":
+        if value:
+            raise _fail("initialTimestamp", "is only used with initialPosition=AT_TIMESTAMP")
+        return None
+    if not value:
+        raise _fail("initialTimestamp", "is required with initialPosition=AT_TIMESTAMP: an "
+                    "ISO-8601 time such as '2024-05-01T12:00:00Z' or epoch seconds")
+    try:
+        ms = parse_timestamp_ms(value)
+    except ValueError:
+        raise _fail("initialTimestamp", f"{value!r} is neither ISO-8601 "
+                    "('2024-05-01T12:00:00Z') nor epoch seconds/milliseconds") from None
+    if ms < 0:
+        raise _fail("initialTimestamp", f"{value!r} is before 1970")
+    return ms
+
+
+def _int(opts: Mapping[str, str], name: str, default: int | None, *, low: int,
+         high: int) -> int | None:
+    value = opts.get(name.lower())
+    if value is None or value == "":
+        return default
+    try:
+        number = int(value.strip())
+    except ValueError:
+        raise _fail(name, f"{value!r} is not an integer") from None
+    if not low <= number <= high:
+        raise _fail(name, f"{number} is out of range: use {low}..{high}")
+    return number
+
+
+def parse_duration_s(value: str) -> float:
+    """Seconds from '250ms', '10s', '5m', '1h' or a bare number of seconds."""
+    match = _DURATION.match(value)
+    if not match:
+        raise ValueError(value)
+    return float(match.group(1)) * _DURATION_UNITS[match.group(2)]
+
+
+def _duration(opts: Mapping[str, str], name: str, default: float, *, low: float) -> float:
+    value = opts.get(name.lower())
+    if value is None or value == "":
+        return default
+    try:
+        seconds = parse_duration_s(value)
+    except ValueError:
+        raise _fail(name, f"{value!r} is not a duration such as '500ms', '10s', '5m'") from None
+    if seconds < low:
+        raise _fail(name, f"{value!r} must be at least {low} s")
+    return seconds
+
+
+def _group(opts: Mapping[str, str], *, streaming: bool) -> GroupOptions | None:
+    table = opts.get("leasetable")
+    if not table:
+        present = [n for n in _GROUP_ONLY if opts.get(n.lower())]
+        if present:
+            raise _fail(present[0], "is a group-mode option: set 'leaseTable' too "
+                        "(the DynamoDB table the applications share)")
+        return None
+    if not streaming:
+        raise _fail("leaseTable", "group mode is for streaming queries "
+                    "(spark.readStream); a batch read takes every shard")
+    if not _TABLE_NAME.match(table):
+        raise _fail("leaseTable", f"{table!r} is not a valid DynamoDB table name "
+                    "(3-255 characters from a-z, A-Z, 0-9, '_', '.', '-')")
+    app = opts.get("applicationname", "")
+    if not app.strip():
+        raise _fail("applicationName", "is required in group mode: the consumer name every "
+                    "application of the group shares (it is part of every lease key)")
+    member = (opts.get("memberid") or "").strip() or socket.gethostname()
+    kind = (opts.get("membership") or "dynamodb").strip().lower()
+    if kind not in ("static", "kubernetes", "dynamodb"):
+        raise _fail("membership", f"{kind!r} is not one of static, kubernetes, dynamodb")
+    members: tuple[str, ...] = ()
+    if kind == "static":
+        raw = opts.get("members") or ""
+        members = tuple(sorted({m.strip() for m in raw.split(",") if m.strip()}))
+        if not members:
+            raise _fail("members", "is required with membership=static: a comma-separated "
+                        "list of every application's memberId")
+        if member not in members:
+            raise _fail("memberId", f"{member!r} is not in 'members' ({', '.join(members)})")
+    elif opts.get("members"):
+        raise _fail("members", "is only used with membership=static")
+    replicas = _int(opts, "replicas", 0, low=0, high=10)
+    lease = _duration(opts, "leaseDuration", 10.0, low=0.3)
+    return GroupOptions(
+        lease_table=table,
+        application_name=app.strip(),
+        member_id=member,
+        membership=kind,  # type: ignore[arg-type]
+        members=members,
+        replicas=replicas or 0,
+        lease_duration_s=lease,
+    )

@@ -1,0 +1,104 @@
+"""Input partitions (one or a few shard ranges each) and reading them on an executor.
+
+A partition is self-contained: the shard, where to start (exclusive) and where to stop
+(inclusive, or an arrival-time bound for batch reads). ``read`` depends only on the partition
+and the options, as Spark requires (the reader object on an executor is a fresh unpickled copy).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from pyspark.sql.datasource import InputPartition
+
+from kinesis.errors import OffsetRangeUnavailableError
+from kinesis.positions import Position
+from kinesis.reader import ShardReader
+from kinesis.records import Record
+from spark_integration.clients import client
+from spark_integration.offsets import ShardPosition, to_start
+from spark_integration.options import KinesisOptions
+from spark_integration.schema import to_arrow_batch
+
+#: Rows per Arrow batch handed to Spark.
+ARROW_BATCH_ROWS = 5000
+
+
+@dataclass(frozen=True)
+class ShardRange:
+    """Records of one shard strictly after ``begin``, up to ``end`` (inclusive) or ``until_ms``.
+
+    Streaming ranges have an exact ``end`` fixed on the driver; batch reads have ``end=None``
+    and ``until_ms`` (arrival time at planning): they stop at the first later record, at
+    SHARD_END, or when the shard is caught up.
+    """
+
+    stream: str
+    shard_id: str
+    begin: ShardPosition
+    end: Position | None = None
+    until_ms: int | None = None
+
+
+class ShardRangePartition(InputPartition):
+    """A Spark input partition: one or more :class:`ShardRange` (``shardsPerPartition``)."""
+
+    def __init__(self, index: int, ranges: Sequence[ShardRange]):
+        super().__init__(index)
+        self.index = index
+        self.ranges = tuple(ranges)
+
+    def __repr__(self) -> str:
+        shards = ",".join(f"{r.stream}/{r.shard_id}" for r in self.ranges)
+        return f"ShardRangePartition({self.index}: {shards})"
+
+
+def group_ranges(ranges: Sequence[ShardRange], per_partition: int) -> list[ShardRangePartition]:
+    """Chunks of ``per_partition`` ranges, in the given (deterministic) order."""
+    return [
+        ShardRangePartition(i, ranges[start:start + per_partition])
+        for i, start in enumerate(range(0, len(ranges), per_partition))
+    ]
+
+
+def read_partition(partition: ShardRangePartition, options: KinesisOptions) -> Iterator[Any]:
+    """Arrow record batches with every record of the partition's ranges."""
+    kinesis = client("kinesis", options)
+    for shard_range in partition.ranges:
+        chunk: list[Record] = []
+        for record in read_shard_range(kinesis, shard_range):
+            chunk.append(record)
+            if len(chunk) >= ARROW_BATCH_ROWS:
+                yield to_arrow_batch(chunk)
+                chunk = []
+        if chunk:
+            yield to_arrow_batch(chunk)
+
+
+def read_shard_range(kinesis: Any, shard_range: ShardRange) -> Iterator[Record]:
+    """The records of one range; a streaming range must end exactly at its ``end``."""
+    r = shard_range
+    reader = ShardReader(kinesis, r.stream, r.shard_id, to_start(r.begin), idle_backoff=0.0)
+    if r.end is None:
+        until = (datetime.fromtimestamp(r.until_ms / 1000, tz=UTC)
+                 if r.until_ms is not None else None)
+        for record in reader.iter_records(stop_when_caught_up=True):
+            arrived = record.approximate_arrival_timestamp
+            if until is not None and arrived is not None and arrived > until:
+                return
+            yield record
+        return
+    last: Position | None = None
+    for record in reader.iter_records(until=r.end, stop_when_caught_up=True):
+        last = record.position
+        yield record
+    if last != r.end:
+        raise OffsetRangeUnavailableError(
+            f"shard {r.shard_id} of stream {r.stream!r}: the planned range after {r.begin} up "
+            f"to {r.end} ended at {last}; its records are no longer readable (trimmed after the "
+            "retention period, or the stream was re-created). Restart the query with a new "
+            "checkpoint location to continue from the current data."
+        )

@@ -1,0 +1,108 @@
+"""Option validation of the ``kinesis`` source (no Spark needed: the parser is plain Python)."""
+
+from __future__ import annotations
+
+import pickle
+
+import pytest
+
+from kinesis.errors import ConfigurationError, InvalidOptionError
+from spark_integration.options import parse_duration_s, parse_options, parse_timestamp_ms
+
+
+def parse(streaming: bool = True, **opts: str):
+    return parse_options({"streamName": "orders", **opts}, streaming=streaming)
+
+
+def test_defaults_and_case_insensitive_keys() -> None:
+    o = parse_options({"STREAMNAME": "b, a", "endpointurl": "http://127.0.0.1:5000/"},
+                      streaming=True)
+    assert o.streams == ("a", "b")
+    assert o.endpoint_url == "http://127.0.0.1:5000"
+    assert o.initial_position == "LATEST"
+    assert o.max_records_per_shard == 10_000
+    assert o.shards_per_partition == 1
+    assert o.group is None
+    assert parse(streaming=False).initial_position == "TRIM_HORIZON"
+    assert pickle.loads(pickle.dumps(o)) == o
+
+
+@pytest.mark.parametrize(
+    ("opts", "option", "fragment"),
+    [
+        ({"streamName": ""}, "streamName", "is required"),
+        ({"streamName": "bad name!"}, "streamName", "not a valid Kinesis stream name"),
+        ({"streamName": "a,a"}, "streamName", "twice"),
+        ({"region": "mars"}, "region", "us-east-1"),
+        ({"endpointUrl": "localhost:4566"}, "endpointUrl", "http(s) URL"),
+        ({"initialPosition": "EARLIEST"}, "initialPosition", "LATEST, TRIM_HORIZON"),
+        ({"initialPosition": "AT_TIMESTAMP"}, "initialTimestamp", "is required"),
+        ({"initialPosition": "AT_TIMESTAMP", "initialTimestamp": "yesterday"},
+         "initialTimestamp", "ISO-8601"),
+        ({"initialTimestamp": "2024-01-01T00:00:00Z"}, "initialTimestamp", "only used with"),
+        ({"maxRecordsPerShard": "0"}, "maxRecordsPerShard", "out of range"),
+        ({"maxRecordsPerShard": "ten"}, "maxRecordsPerShard", "not an integer"),
+        ({"maxRecordsPerTrigger": "-5"}, "maxRecordsPerTrigger", "out of range"),
+        ({"shardsPerPartition": "1.5"}, "shardsPerPartition", "not an integer"),
+        ({"describeShardInterval": "often"}, "describeShardInterval", "duration"),
+        ({"maxRecordPerShard": "5"}, "maxrecordpershard", "Did you mean 'maxRecordsPerShard'"),
+        ({"awsSecretAccessKey": "s3cr3t-value"}, "awssecretaccesskey", "credential chain"),
+        ({"applicationName": "app"}, "applicationName", "set 'leaseTable'"),
+        ({"leaseTable": "x"}, "leaseTable", "not a valid DynamoDB table name"),
+        ({"leaseTable": "leases"}, "applicationName", "is required in group mode"),
+        ({"leaseTable": "leases", "applicationName": "a", "membership": "zookeeper"},
+         "membership", "static, kubernetes, dynamodb"),
+        ({"leaseTable": "leases", "applicationName": "a", "membership": "static"},
+         "members", "is required with membership=static"),
+        ({"leaseTable": "leases", "applicationName": "a", "membership": "static",
+          "members": "p1,p2", "memberId": "p3"}, "memberId", "is not in 'members'"),
+        ({"leaseTable": "leases", "applicationName": "a", "replicas": "-1"},
+         "replicas", "out of range"),
+        ({"leaseTable": "leases", "applicationName": "a", "leaseDuration": "1ms"},
+         "leaseDuration", "at least"),
+    ],
+)
+def test_bad_options_name_the_option(opts: dict[str, str], option: str, fragment: str) -> None:
+    with pytest.raises(InvalidOptionError) as info:
+        parse(**opts)
+    assert info.value.option == option
+    assert f"'{option}'" in str(info.value)
+    assert fragment in str(info.value)
+    assert isinstance(info.value, ConfigurationError) and isinstance(info.value, ValueError)
+    assert "s3cr3t-value" not in str(info.value)
+
+
+def test_batch_only_rules() -> None:
+    with pytest.raises(InvalidOptionError, match="LATEST makes an empty batch read"):
+        parse(streaming=False, initialPosition="LATEST")
+    with pytest.raises(InvalidOptionError, match="group mode is for streaming"):
+        parse(streaming=False, leaseTable="leases", applicationName="a")
+
+
+def test_group_mode_options() -> None:
+    o = parse(leaseTable="leases", applicationName=" orders-app ", membership="STATIC",
+              members="p2, p1", memberId="p1", replicas="1", leaseDuration="3s")
+    assert o.group is not None
+    assert o.group.application_name == "orders-app"
+    assert o.group.members == ("p1", "p2")
+    assert (o.group.membership, o.group.member_id, o.group.replicas) == ("static", "p1", 1)
+    assert o.group.lease_duration_s == 3.0
+    default = parse(leaseTable="leases", applicationName="a").group
+    assert default is not None and default.membership == "dynamodb" and default.member_id
+
+
+def test_secrets_are_not_kept() -> None:
+    with pytest.raises(InvalidOptionError) as info:
+        parse(sessionToken="tok-123")
+    assert "tok-123" not in str(info.value)
+
+
+def test_timestamps_and_durations() -> None:
+    at = parse(initialPosition="at_timestamp", initialTimestamp="2024-05-01T12:00:00Z")
+    assert at.initial_timestamp_ms == 1714564800000
+    assert parse_timestamp_ms("1714564800") == 1714564800000
+    assert parse_timestamp_ms("1714564800123") == 1714564800123
+    assert parse_timestamp_ms("2024-05-01T12:00:00") == 1714564800000
+    assert parse_duration_s("250ms") == 0.25
+    assert parse_duration_s("2m") == 120.0
+    assert parse_duration_s("7") == 7.0
