@@ -26,7 +26,7 @@ test suite checks byte-level compatibility against it in both directions.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from kinesis.errors import AggregationError, RecordTooLargeError
@@ -98,32 +98,6 @@ def _read_varint(buf: bytes, pos: int) -> tuple[int, int]:
             raise AggregationError("varint longer than 64 bits in KPL aggregated record")
 
 
-def _fields(buf: bytes) -> Iterator[tuple[int, int, int | bytes]]:
-    """Yield (field number, wire type, value) for every field of one message."""
-    pos = 0
-    while pos < len(buf):
-        tag, pos = _read_varint(buf, pos)
-        field, wire = tag >> 3, tag & 7
-        value: int | bytes
-        if wire == _VARINT:
-            value, pos = _read_varint(buf, pos)
-        elif wire == _LEN:
-            size, pos = _read_varint(buf, pos)
-            if pos + size > len(buf):
-                raise AggregationError("length-delimited field runs past the end of the record")
-            value, pos = buf[pos : pos + size], pos + size
-        elif wire in (_I64, _I32):
-            width = 8 if wire == _I64 else 4
-            if pos + width > len(buf):
-                raise AggregationError("fixed-width field runs past the end of the record")
-            value, pos = int.from_bytes(buf[pos : pos + width], "little"), pos + width
-        else:
-            raise AggregationError(f"unsupported protobuf wire type {wire} in field {field}")
-        if field == 0:
-            raise AggregationError("protobuf field number 0 is invalid")
-        yield field, wire, value
-
-
 def _varint(value: int) -> bytes:
     out = bytearray()
     while True:
@@ -147,13 +121,57 @@ def _varint_field(field: int, value: int) -> bytes:
 # --- decode --------------------------------------------------------------------------------
 
 
-def _text(value: int | bytes, what: str) -> str:
-    if not isinstance(value, bytes):
-        raise AggregationError(f"{what} must be a length-delimited string")
+def _skip(buf: bytes, pos: int, end: int, wire: int, field: int) -> int:
+    """Skip one field value of ``wire`` type; return the position after it."""
+    if field == 0:
+        raise AggregationError("protobuf field number 0 is invalid")
+    if wire == _VARINT:
+        return _read_varint(buf, pos)[1]
+    if wire == _LEN:
+        size, pos = _read_varint(buf, pos)
+        nxt = pos + size
+    elif wire == _I64:
+        nxt = pos + 8
+    elif wire == _I32:
+        nxt = pos + 4
+    else:
+        raise AggregationError(f"unsupported protobuf wire type {wire} in field {field}")
+    if nxt > end:
+        raise AggregationError(f"field {field} runs past the end of the record")
+    return nxt
+
+
+def _span(buf: bytes, pos: int, end: int, field: int) -> tuple[int, int]:
+    """The (start, end) of a length-delimited value at ``pos``."""
+    size = buf[pos] if pos < end else 0x80
+    if size < 0x80:
+        pos += 1
+    else:
+        size, pos = _read_varint(buf, pos)
+    stop = pos + size
+    if stop > end:
+        raise AggregationError(f"length-delimited field {field} runs past the end of the record")
+    return pos, stop
+
+
+def _utf8(buf: bytes, start: int, stop: int, what: str) -> str:
     try:
-        return value.decode("utf-8")
+        return buf[start:stop].decode("utf-8")
     except UnicodeDecodeError as exc:
         raise AggregationError(f"{what} is not valid UTF-8") from exc
+
+
+def _tag(buf: bytes, pos: int) -> tuple[int, int, int]:
+    """(field, wire type, position after the tag); single-byte tags take the fast path."""
+    tag = buf[pos]
+    if tag < 0x80:
+        pos += 1
+    else:
+        tag, pos = _read_varint(buf, pos)
+    field = tag >> 3
+    if field == 0:
+        raise AggregationError("protobuf field number 0 is invalid")
+    return field, tag & 7, pos
 
 
 def deaggregate(data: bytes) -> list[UserRecord]:
@@ -167,50 +185,78 @@ def deaggregate(data: bytes) -> list[UserRecord]:
         raise AggregationError("not a KPL aggregated record: the magic prefix F3 89 9A C2 is missing")
     if not digest_matches(data):
         raise AggregationError("KPL aggregated record is corrupt: the MD5 trailer does not match")
-    body = data[len(MAGIC) : -DIGEST_SIZE]
+    return [UserRecord(pk, payload, ehk) for pk, payload, ehk in decode_unchecked(data)]
+
+
+def decode_unchecked(data: bytes) -> list[tuple[str, bytes, str | None]]:
+    """(partition key, data, explicit hash key) of each user record of an aggregate whose magic
+    and MD5 were already checked (see :func:`digest_matches`); raises on a malformed body."""
+    buf = data
+    pos, end = len(MAGIC), len(data) - DIGEST_SIZE
     pk_table: list[str] = []
     ehk_table: list[str] = []
-    raw_records: list[bytes] = []
-    for field, _wire, value in _fields(body):
-        if field == 1:
-            pk_table.append(_text(value, "partition_key_table entry"))
-        elif field == 2:
-            ehk_table.append(_text(value, "explicit_hash_key_table entry"))
-        elif field == 3:
-            if not isinstance(value, bytes):
-                raise AggregationError("records entry must be a length-delimited message")
-            raw_records.append(value)
-    out: list[UserRecord] = []
-    for index, raw in enumerate(raw_records):
-        pk_index: int | None = None
-        ehk_index: int | None = None
+    spans: list[tuple[int, int]] = []
+    while pos < end:
+        tag = buf[pos]
+        if tag < 0x80:  # every tag the KPL writes is one byte; the general case is _tag()
+            pos += 1
+            field, wire = tag >> 3, tag & 7
+        else:
+            field, wire, pos = _tag(buf, pos)
+        if wire == _LEN and field in (1, 2, 3):
+            start, pos = _span(buf, pos, end, field)
+            if field == 3:
+                spans.append((start, pos))
+            elif field == 1:
+                pk_table.append(_utf8(buf, start, pos, "partition_key_table entry"))
+            else:
+                ehk_table.append(_utf8(buf, start, pos, "explicit_hash_key_table entry"))
+        else:
+            pos = _skip(buf, pos, end, wire, field)
+    if pos != end:
+        raise AggregationError("the last field runs into the MD5 trailer")
+    out: list[tuple[str, bytes, str | None]] = []
+    n_pk, n_ehk = len(pk_table), len(ehk_table)
+    for index, (pos, stop) in enumerate(spans):
+        pk_index = ehk_index = -1
         payload: bytes | None = None
-        for field, wire, value in _fields(raw):
-            if field == 1 and wire == _VARINT:
-                pk_index = int(value)
-            elif field == 2 and wire == _VARINT:
-                ehk_index = int(value)
-            elif field == 3 and isinstance(value, bytes):
-                payload = value
-        if pk_index is None or payload is None:
+        while pos < stop:
+            tag = buf[pos]
+            if tag < 0x80:
+                pos += 1
+                field, wire = tag >> 3, tag & 7
+            else:
+                field, wire, pos = _tag(buf, pos)
+            if wire == _VARINT and field in (1, 2):
+                value = buf[pos] if pos < stop else 0x80
+                if value < 0x80:
+                    pos += 1
+                else:
+                    value, pos = _read_varint(buf, pos)
+                if field == 1:
+                    pk_index = value
+                else:
+                    ehk_index = value
+            elif wire == _LEN and field == 3:
+                start, pos = _span(buf, pos, stop, field)
+                payload = buf[start:pos]
+            else:
+                pos = _skip(buf, pos, stop, wire, field)
+        if pos != stop:
+            raise AggregationError(f"user record {index} runs past its length")
+        if pk_index < 0 or payload is None:
             raise AggregationError(f"user record {index} lacks partition_key_index or data")
-        if pk_index >= len(pk_table):
+        if pk_index >= n_pk:
             raise AggregationError(
                 f"user record {index} has partition_key_index {pk_index} but the table has "
-                f"{len(pk_table)} entries"
+                f"{n_pk} entries"
             )
-        if ehk_index is not None and ehk_index >= len(ehk_table):
+        if ehk_index >= n_ehk:
             raise AggregationError(
                 f"user record {index} has explicit_hash_key_index {ehk_index} but the table "
-                f"has {len(ehk_table)} entries"
+                f"has {n_ehk} entries"
             )
-        out.append(
-            UserRecord(
-                partition_key=pk_table[pk_index],
-                data=payload,
-                explicit_hash_key=ehk_table[ehk_index] if ehk_index is not None else None,
-            )
-        )
+        out.append((pk_table[pk_index], payload, ehk_table[ehk_index] if ehk_index >= 0 else None))
     return out
 
 

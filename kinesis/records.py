@@ -8,14 +8,14 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from kinesis.aggregation import deaggregate, digest_matches, has_magic
+from kinesis.aggregation import decode_unchecked, digest_matches, has_magic
 from kinesis.errors import AggregationError
 from kinesis.positions import Position
 
 log = logging.getLogger(__name__)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Record:
     """One user record of a shard.
 
@@ -62,7 +62,7 @@ def records_from_response(
         if has_magic(data):
             if digest_matches(data):
                 try:
-                    subs = deaggregate(data)
+                    subs = decode_unchecked(data)
                 except AggregationError as exc:
                     log.warning(
                         "record %s in shard %s of stream %s has a valid KPL digest but a malformed "
@@ -70,11 +70,10 @@ def records_from_response(
                         seq, shard_id, stream_name, exc,
                     )
                 else:
-                    out.extend(
-                        Record(stream_name, shard_id, seq, i, s.partition_key, s.data, arrival,
-                               s.explicit_hash_key, True)
-                        for i, s in enumerate(subs)
-                    )
+                    out += [
+                        Record(stream_name, shard_id, seq, i, sub_pk, sub_data, arrival, sub_ehk, True)
+                        for i, (sub_pk, sub_data, sub_ehk) in enumerate(subs)
+                    ]
                     continue
             else:
                 log.warning(

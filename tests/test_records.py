@@ -214,3 +214,18 @@ def test_magic_without_room_for_a_digest_is_plain_data() -> None:
     short = MAGIC + b"x" * (DIGEST_SIZE - 1)
     (rec,) = records_from_response("s", "sh", [raw(short)])
     assert rec.data == short and not rec.aggregated
+
+
+@pytest.mark.parametrize(
+    ("body", "match"),
+    [
+        (b"\x02\x00", "field number 0"),  # field 0, length-delimited
+        (b"\x0a\x01k\x1a\x03\x08\x00\x1a", "past"),  # record's data field runs past its length
+        (b"\x0a\x01k\x1a\x02\x08\x00", "lacks"),  # record without data
+        (b"\x0b", "wire type 3"),  # groups are not supported
+        (b"\x0a\x02\xff\xfe", "UTF-8"),
+    ],
+)
+def test_deaggregate_rejects_malformed_protobuf(body: bytes, match: str) -> None:
+    with pytest.raises(AggregationError, match=match):
+        deaggregate(MAGIC + body + hashlib.md5(body).digest())
