@@ -351,3 +351,55 @@ def test_non_transient_errors_are_not_retried() -> None:
     with pytest.raises(ClientError, match="InvalidArgumentException"):
         call_with_retries(invalid, what="test")
     assert len(calls) == 1
+
+
+# --- lineage end to end -----------------------------------------------------------------------
+
+
+def test_following_lineage_through_split_and_merge_keeps_per_key_order(kinesis_resharding: LocalAWS) -> None:
+    from collections import defaultdict
+
+    from kinesis.shards import ShardDiscovery, ready_shards
+
+    client = kinesis_resharding.client("kinesis")
+    client.create_stream(StreamName="lineage", ShardCount=2)
+    counter: dict[str, int] = defaultdict(int)
+
+    def write(rounds: int) -> None:
+        entries = []
+        for _ in range(rounds):
+            for key in (f"key-{i}" for i in range(12)):
+                counter[key] += 1
+                entries.append({"Data": f"{key}:{counter[key]}".encode(), "PartitionKey": key})
+        client.put_records(StreamName="lineage", Records=entries)
+
+    write(2)
+    s0 = client.list_shards(StreamName="lineage")["Shards"][0]
+    mid = (int(s0["HashKeyRange"]["StartingHashKey"]) + int(s0["HashKeyRange"]["EndingHashKey"])) // 2
+    client.split_shard(StreamName="lineage", ShardToSplit="shardId-000000000000", NewStartingHashKey=str(mid))
+    write(2)
+    client.merge_shards(StreamName="lineage", ShardToMerge="shardId-000000000003",
+                        AdjacentShardToMerge="shardId-000000000001")
+    write(2)
+
+    shards = ShardDiscovery(client, "lineage").list_shards()
+    finished: set[str] = set()
+    caught_up: set[str] = set()
+    seen: list[bytes] = []
+    order: list[str] = []
+    while ready := [s for s in ready_shards(shards, finished) if s.shard_id not in caught_up]:
+        for shard in ready:
+            reader = ShardReader(client, "lineage", shard.shard_id, InitialPosition.TRIM_HORIZON, idle_backoff=0)
+            seen += datas(drain(reader))
+            order.append(shard.shard_id)
+            (finished if reader.shard_ended else caught_up).add(shard.shard_id)
+    assert finished == {"shardId-000000000000", "shardId-000000000001", "shardId-000000000003"}
+    assert caught_up == {"shardId-000000000002", "shardId-000000000004"}
+    assert order.index("shardId-000000000004") > order.index("shardId-000000000001")
+    assert order.index("shardId-000000000004") > order.index("shardId-000000000003")
+    assert len(seen) == len(set(seen)) == 12 * 6  # every record exactly once
+    per_key: dict[str, list[int]] = defaultdict(list)
+    for item in seen:
+        key, n = item.decode().split(":")
+        per_key[key].append(int(n))
+    assert all(values == list(range(1, 7)) for values in per_key.values())
