@@ -194,7 +194,11 @@ class ShardReader:
                 if until is not None and record.position > until:
                     self._hold_back(batch.records[index:], last)
                     return
-                yield record
+                try:
+                    yield record
+                except GeneratorExit:  # the caller stopped early: keep the rest for later
+                    self._hold_back(batch.records[index + 1 :], record.position)
+                    raise
                 last = record.position
                 count += 1
                 if (until is not None and record.position == until) or count == max_records:

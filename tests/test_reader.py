@@ -403,3 +403,15 @@ def test_following_lineage_through_split_and_merge_keeps_per_key_order(kinesis_r
         key, n = item.decode().split(":")
         per_key[key].append(int(n))
     assert all(values == list(range(1, 7)) for values in per_key.values())
+
+
+def test_breaking_out_of_iter_records_loses_nothing(kinesis: Any) -> None:
+    written = put(kinesis, 6)
+    reader = ShardReader(kinesis, STREAM, SHARD, InitialPosition.TRIM_HORIZON)
+    head: list[Record] = []
+    for record in reader.iter_records():
+        head.append(record)
+        if len(head) == 2:
+            break
+    assert reader.last_position == head[-1].position
+    assert datas(head) + datas(drain(reader)) == written
