@@ -1,0 +1,294 @@
+"""Group mode: several Spark applications consume one stream through a shared lease table.
+
+Each driver runs a :class:`~kinesis.coordinator.LeaseCoordinator` (balanced, fenced leases
+placed by the hash ring) over lease keys ``"<applicationName>/<stream>/<shardId>"``:
+
+* ``latestOffset`` plans only the shards this application holds. A shard it just acquired
+  starts from the lease's DynamoDB checkpoint (written into the end offset as ``resume``, so
+  a replay of that batch starts there too);
+* ``commit(end)`` writes each shard's end position to its lease (SHARD_END for a finished
+  shard), fenced by owner and counter. A checkpoint is written only if the lease is the very
+  one held when the batch was planned: a lease lost during the batch (even if taken back
+  since) never gets a checkpoint from that batch;
+* a graceful hand-off (rebalance, or ``stop()``) first drops the shard from new batches,
+  waits for the batches that already include it to commit, then passes the lease with its
+  checkpoint to the next owner, which resumes exactly there.
+
+Delivery across applications is at-least-once: a batch that reached the sink but whose
+commit did not reach DynamoDB (a crash in between) is read again by the next holder.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+from hashring import Membership, StaticMembership
+from kinesis.coordinator import Completion, LeaseCoordinator
+from kinesis.errors import CheckpointRegressionError, KinesisHashRingError, LeaseLostError
+from kinesis.lease_model import SHARD_END, Checkpoint, Lease, TableSnapshot
+from kinesis.leases import LeaseTable
+from kinesis.positions import Position
+from kinesis.shards import ShardDiscovery, ready_shards
+from spark_integration.clients import client
+from spark_integration.offsets import (
+    Initial,
+    ShardPosition,
+    SourceOffset,
+    position_to_json,
+    shard_key,
+    split_key,
+)
+from spark_integration.options import GroupOptions, KinesisOptions
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class GroupView:
+    """What a micro-batch may plan: held keys, where new ones resume, finished keys."""
+
+    held: frozenset[str]
+    resume: dict[str, ShardPosition]
+    finished: frozenset[str]
+
+
+@dataclass
+class _Shard:
+    """This driver's bookkeeping of one held shard."""
+
+    lease: Lease
+    generation: int
+    needs_resume: bool = True
+    draining: threading.Event | None = None
+    planned: str | None = None  # JSON of the last planned end position
+    committed: str | None = None  # JSON of the last committed end position
+
+
+@dataclass
+class GroupStats:
+    """Counters for tests and logs."""
+
+    checkpoints: int = 0
+    fenced_out: int = 0
+    acquired: int = 0
+    lost: int = 0
+    handoffs: int = 0
+    planned_generations: dict[str, int] = field(default_factory=dict)
+
+
+class GroupSession:
+    """The lease loop of one Spark application (driver side); see the module docs."""
+
+    def __init__(self, options: KinesisOptions, kinesis: Any,
+                 discovery: dict[str, ShardDiscovery]):
+        group = options.group
+        assert group is not None
+        self.options = options
+        self.group: GroupOptions = group
+        self.discovery = discovery
+        self.prefix = f"{group.application_name}/"
+        self.stats = GroupStats()
+        self._lock = threading.RLock()
+        self._shards: dict[str, _Shard] = {}  # offset key -> state
+        self._generation = 0
+        self._finished: frozenset[str] = frozenset()
+        self._plans: dict[tuple[str, str], int] = {}  # (key, end position JSON) -> generation
+        self._closing = False
+        start_ms = int(time.time() * 1000)
+        self.start_checkpoint = self._initial_checkpoint(start_ms)
+        self.table = LeaseTable.open(client("dynamodb", options), group.lease_table)
+        self.membership = self._membership()
+        self.coordinator = LeaseCoordinator(
+            self.table,
+            self.membership,
+            self._resources,
+            self,
+            lease_duration=group.lease_duration_s,
+            replicas=group.replicas,
+            initial_checkpoint=self.start_checkpoint,
+        ).start()
+
+    # -- set-up --------------------------------------------------------------------------
+    def _initial_checkpoint(self, start_ms: int) -> Checkpoint:
+        """The checkpoint of a lease row this application creates (LATEST pinned to now)."""
+        position = self.options.initial_position
+        if position == "TRIM_HORIZON":
+            return Checkpoint("TRIM_HORIZON")
+        ms = self.options.initial_timestamp_ms if position == "AT_TIMESTAMP" else start_ms
+        assert ms is not None
+        return Checkpoint.at_timestamp(datetime.fromtimestamp(ms / 1000, tz=UTC))
+
+    def _membership(self) -> Membership:
+        g = self.group
+        if g.membership == "static":
+            return StaticMembership(list(g.members), g.member_id)
+        if g.membership == "kubernetes":
+            from hashring.membership.kubernetes import KubernetesMembership
+
+            membership: Membership = KubernetesMembership(pod_name=g.member_id)
+            return membership
+        from kinesis.membership import DynamoDBMembership
+
+        return DynamoDBMembership(self.table, g.member_id, member_timeout=g.lease_duration_s)
+
+    # -- lease keys --------------------------------------------------------------------
+    def lease_key(self, key: str) -> str:
+        return self.prefix + key
+
+    def offset_key(self, lease_key: str) -> str | None:
+        return lease_key[len(self.prefix):] if lease_key.startswith(self.prefix) else None
+
+    def _resources(self, snapshot: TableSnapshot) -> list[str]:
+        """Called on the lease loop's thread: the shards that may be planned now."""
+        finished: set[str] = set()
+        for lease_key, lease in snapshot.leases.items():
+            key = self.offset_key(lease_key)
+            if key is not None and lease.is_shard_end:
+                finished.add(key)
+        self._finished = frozenset(finished)
+        keys: list[str] = []
+        for stream, discovery in sorted(self.discovery.items()):
+            shards = discovery.list_shards()
+            done = {split_key(k)[1] for k in finished if split_key(k)[0] == stream}
+            keys.extend(self.lease_key(shard_key(stream, s.shard_id))
+                        for s in ready_shards(shards, done))
+        return keys
+
+    # -- LeaseListener (called on the lease loop's thread) ---------------------------------
+    def on_lease_acquired(self, lease: Lease) -> None:
+        key = self.offset_key(lease.key)
+        if key is None:
+            return
+        with self._lock:
+            self._generation += 1
+            self._shards[key] = _Shard(lease, self._generation)
+            self.stats.acquired += 1
+        log.info("%s: reading %s from checkpoint %s", self.group.member_id, key, lease.checkpoint)
+
+    def on_lease_lost(self, lease: Lease) -> None:
+        key = self.offset_key(lease.key)
+        with self._lock:
+            state = self._shards.pop(key, None) if key is not None else None
+            if state is not None:
+                self.stats.lost += 1
+                if state.draining is not None:
+                    state.draining.set()
+        log.warning("%s: lost the lease of %s", self.group.member_id, key)
+
+    def on_handoff_requested(self, lease: Lease) -> Completion:
+        key = self.offset_key(lease.key)
+        with self._lock:
+            state = self._shards.get(key) if key is not None else None
+            if state is None:
+                return None
+            if state.draining is None:
+                state.draining = threading.Event()
+                self.stats.handoffs += 1
+            if self._closing or state.planned is None or state.planned == state.committed:
+                state.draining.set()
+            return state.draining
+
+    # -- micro-batch hooks -------------------------------------------------------------
+    def plan(self, begin: SourceOffset, listing: Any) -> GroupView:
+        """The shards the next micro-batch may read, and where newly acquired ones resume."""
+        held: set[str] = set()
+        resume: dict[str, ShardPosition] = {}
+        with self._lock:
+            for key, state in sorted(self._shards.items()):
+                if state.draining is not None:
+                    continue
+                if not self.coordinator.holds(self.lease_key(key)):
+                    continue
+                if state.lease.is_shard_end:
+                    continue
+                held.add(key)
+                if state.needs_resume:
+                    resume[key] = _start_of(state.lease.checkpoint)
+            return GroupView(frozenset(held), resume, self._finished)
+
+    def planned(self, end: SourceOffset) -> None:
+        """Remember, per shard, the lease generation this end offset was planned under."""
+        with self._lock:
+            for key, entry in end.shards.items():
+                state = self._shards.get(key)
+                if state is None:
+                    continue
+                pos = _json(entry.position, entry.done)
+                state.planned = pos
+                state.needs_resume = False
+                self._plans[(key, pos)] = state.generation
+                self.stats.planned_generations[key] = state.generation
+
+    def checkpoint(self, end: SourceOffset) -> None:
+        """Write each shard's end position to its lease, fenced (called by ``commit``)."""
+        for key, entry in sorted(end.shards.items()):
+            pos = _json(entry.position, entry.done)
+            with self._lock:
+                state = self._shards.get(key)
+                generation = self._plans.pop((key, pos), None)
+            if state is None or generation != state.generation:
+                # planned under a lease we lost since: never checkpoint it
+                self.stats.fenced_out += 1
+                continue
+            target = SHARD_END if entry.done else _checkpoint_of(entry.position)
+            if target is not None and target != state.lease.checkpoint:
+                try:
+                    state.lease = self.coordinator.checkpoint(self.lease_key(key), target)
+                    self.stats.checkpoints += 1
+                except LeaseLostError as exc:
+                    self.stats.fenced_out += 1
+                    log.warning("%s: checkpoint of %s refused: %s", self.group.member_id, key, exc)
+                    continue
+                except CheckpointRegressionError as exc:
+                    log.info("%s: %s already checkpointed further (%s)",
+                             self.group.member_id, key, exc)
+                except KinesisHashRingError as exc:
+                    log.warning("%s: checkpoint of %s failed; the next batch retries: %s",
+                                self.group.member_id, key, exc)
+                    continue
+            with self._lock:
+                state.committed = pos
+                if state.draining is not None and state.planned == pos:
+                    state.draining.set()
+
+    def held_keys(self) -> list[str]:
+        """The offset keys this application holds now (for tests and logs)."""
+        return sorted(k for k in (self.offset_key(x) for x in self.coordinator.held_keys()) if k)
+
+    def close(self) -> None:
+        """Hand every lease to the next owner (after the last commit) and stop the loop."""
+        with self._lock:
+            self._closing = True
+            for state in self._shards.values():
+                if state.draining is not None:
+                    state.draining.set()
+        self.coordinator.stop(graceful=True)
+
+
+def _start_of(cp: Checkpoint) -> ShardPosition:
+    """Where to resume from a lease checkpoint."""
+    if cp.sequence_number == "TRIM_HORIZON":
+        return Initial("TRIM_HORIZON")
+    if cp.sequence_number == "AT_TIMESTAMP" and cp.timestamp is not None:
+        return Initial("AT_TIMESTAMP", int(cp.timestamp.timestamp() * 1000))
+    if cp.sequence_number == "LATEST":  # written by another consumer: pin it now
+        return Initial("AT_TIMESTAMP", int(time.time() * 1000))
+    return Position(cp.sequence_number, cp.sub_sequence_number)
+
+
+def _checkpoint_of(pos: ShardPosition) -> Checkpoint | None:
+    if isinstance(pos, Position):
+        return Checkpoint(pos.sequence_number, pos.sub_sequence_number)
+    return None  # nothing read yet: keep the lease's initial checkpoint
+
+
+def _json(pos: ShardPosition, done: bool) -> str:
+    body = position_to_json(pos)
+    if done:
+        body["done"] = True
+    return repr(sorted(body.items()))

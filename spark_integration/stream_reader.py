@@ -1,0 +1,269 @@
+"""The Structured Streaming reader of the ``kinesis`` source (micro-batch).
+
+Exactly the same records on a replay: Spark writes a batch's end offset to its offset log
+before the batch runs. ``latestOffset`` therefore fixes, on the driver, the last record each
+shard contributes (see :mod:`spark_integration.probe`), and ``read`` stops exactly there. A
+replay after a crash gets the same (start, end) pair from the log, hence the same records.
+
+Read limits (Spark 4.2+): ``latestOffset(start, limit)`` honours ``ReadMaxRows`` (the
+``maxRecordsPerTrigger`` option, split evenly over the shards) together with the per-shard cap
+``maxRecordsPerShard``; ``ReadAllAvailable`` (``Trigger.Once``) ignores both, as Spark asks.
+``Trigger.AvailableNow`` reads up to the records that arrived before the query started.
+On Spark 4.0/4.1 ``latestOffset()`` is called without a start: the reader then uses the end it
+returned last (or the initial offset), and applies ``maxRecordsPerShard`` only.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import Any
+
+from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
+
+from kinesis.shards import Shard, ShardDiscovery, shard_order
+from spark_integration.clients import client
+from spark_integration.compat import (
+    READ_LIMITS,
+    ReadAllAvailable,
+    ReadMaxRows,
+    SupportsTriggerAvailableNow,
+)
+from spark_integration.offsets import (
+    Initial,
+    ShardOffset,
+    SourceOffset,
+    after,
+    shard_key,
+    split_key,
+    track,
+)
+from spark_integration.options import KinesisOptions
+from spark_integration.partitions import (
+    ShardRange,
+    ShardRangePartition,
+    group_ranges,
+    read_partition,
+)
+from spark_integration.probe import Prober
+
+log = logging.getLogger(__name__)
+
+#: ``getDefaultReadLimit`` returns ReadMaxRows(this) when ``maxRecordsPerTrigger`` is unset, so
+#: that a ReadAllAvailable from Spark (Trigger.Once) is told apart from the default.
+UNBOUNDED_ROWS = 2**53
+
+
+def now_ms() -> int:
+    """Wall-clock epoch milliseconds (what Kinesis arrival timestamps are compared with)."""
+    return int(time.time() * 1000)
+
+
+class KinesisStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
+    """``spark.readStream.format("kinesis")``; see the module docstring for the guarantees."""
+
+    def __init__(self, options: KinesisOptions):
+        self.options = options
+        self._state: _DriverState | None = None
+
+    # Spark pickles the reader to run ``read`` on executors: ship only the options.
+    def __getstate__(self) -> dict[str, Any]:
+        return {"options": self.options, "_state": None}
+
+    @property
+    def state(self) -> _DriverState:
+        """Driver-side state (clients, shard discovery, probes, group session), made lazily."""
+        if self._state is None:
+            self._state = _DriverState(self.options)
+        return self._state
+
+    # -- offsets -------------------------------------------------------------------------
+    def initialOffset(self) -> dict[str, Any]:
+        offset = self.state.initial_offset()
+        self.state.last_seen = offset
+        return offset.to_json()
+
+    def getDefaultReadLimit(self) -> Any:
+        if not READ_LIMITS:  # pragma: no cover - Spark < 4.2 never calls this
+            return None
+        return ReadMaxRows(self.options.max_records_per_trigger or UNBOUNDED_ROWS)
+
+    def latestOffset(self, start: dict[str, Any] | None = None, limit: Any = None) -> dict[str, Any]:
+        state = self.state
+        if start is None:  # Spark 4.0/4.1: no start, no limit
+            begin = state.last_seen or state.initial_offset()
+        else:
+            begin = SourceOffset.from_json(start)
+        end = state.next_offset(begin.without_resume(), limit)
+        state.last_seen = end
+        return end.to_json()
+
+    def prepareForTriggerAvailableNow(self) -> None:
+        self.state.available_now_ms = now_ms()
+
+    # -- planning and reading -------------------------------------------------------------
+    def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> list[InputPartition]:
+        begin = SourceOffset.from_json(start)
+        stop = SourceOffset.from_json(end)
+        if self._state is not None:
+            self._state.last_seen = stop
+        return plan_partitions(begin, stop, self.options.shards_per_partition)
+
+    def read(self, partition: InputPartition) -> Any:
+        assert isinstance(partition, ShardRangePartition)
+        return read_partition(partition, self.options)
+
+    def commit(self, end: dict[str, Any]) -> None:
+        offset = SourceOffset.from_json(end)
+        state = self.state
+        state.last_seen = offset
+        state.committed(offset)
+
+    def stop(self) -> None:
+        if self._state is not None:
+            self._state.close()
+            self._state = None
+
+
+def plan_partitions(begin: SourceOffset, end: SourceOffset,
+                    per_partition: int) -> list[InputPartition]:
+    """One range per shard that has records between ``begin`` and ``end``, grouped."""
+    ranges = []
+    for key in sorted(end.shards):
+        start_pos = end.batch_start(key, begin)
+        stop = end.shards[key].position
+        if start_pos is None or not after(start_pos, stop):
+            continue
+        stream, shard_id = split_key(key)
+        ranges.append(ShardRange(stream, shard_id, start_pos, stop))  # type: ignore[arg-type]
+    return list(group_ranges(ranges, per_partition))
+
+
+class _DriverState:
+    """Everything the driver keeps between micro-batches."""
+
+    def __init__(self, options: KinesisOptions):
+        self.options = options
+        self.kinesis = client("kinesis", options)
+        self.discovery = {
+            s: ShardDiscovery(self.kinesis, s, cache_ttl=options.describe_shard_interval_s)
+            for s in options.streams
+        }
+        self.prober = Prober(self.kinesis, batch_limit=min(10_000, options.max_records_per_shard))
+        self.last_seen: SourceOffset | None = None
+        self.available_now_ms: int | None = None
+        self.batches = 0
+        self.group: Any = None
+        if options.group is not None:
+            from spark_integration.group import GroupSession
+
+            self.group = GroupSession(options, self.kinesis, self.discovery)
+
+    def listing(self, force: bool = False) -> dict[str, list[Shard]]:
+        return {s: d.list_shards(force=force) for s, d in sorted(self.discovery.items())}
+
+    def new_shard_start(self) -> Initial:
+        """Where a shard that appears later (a reshard's child) starts."""
+        if self.options.initial_position == "AT_TIMESTAMP":
+            return Initial("AT_TIMESTAMP", self.options.initial_timestamp_ms)
+        return Initial("TRIM_HORIZON")
+
+    def initial_offset(self) -> SourceOffset:
+        if self.group is not None:
+            return SourceOffset({})
+        listing = self.listing(force=True)
+        if self.options.initial_position == "LATEST":
+            # Pinned as a timestamp, so a restart before the first commit loses nothing.
+            pinned = Initial("AT_TIMESTAMP", now_ms())
+            return SourceOffset({
+                shard_key(stream, s.shard_id): ShardOffset(pinned)
+                for stream, shards in listing.items() for s in shards if s.is_open
+            })
+        offset, _ = track(SourceOffset({}), listing, self.new_shard_start())
+        return offset
+
+    def next_offset(self, begin: SourceOffset, limit: Any) -> SourceOffset:
+        """Track resharding, then probe each shard for this batch's end."""
+        listing = self.listing()
+        resume: dict[str, Any] = {}
+        allowed = None
+        finished_elsewhere: set[str] = set()
+        if self.group is not None:
+            view = self.group.plan(begin, listing)
+            allowed, resume, finished_elsewhere = view.held, view.resume, view.finished
+            begin = SourceOffset({k: v for k, v in begin.shards.items() if k in view.held})
+        tracked, trimmed = track(begin, listing, self.new_shard_start(), allowed=allowed,
+                                 finished_elsewhere=finished_elsewhere)
+        for key in trimmed:
+            log.warning("shard %s is no longer listed (trimmed after retention); dropping it", key)
+        order = _order(tracked, listing)
+        per_shard, total = self._caps(limit)
+        active = [k for k in order if not tracked.shards[k].done]
+        budgets = _budgets(active, per_shard, total, self.batches)
+        shards: dict[str, ShardOffset] = {}
+        for key in order:
+            entry = tracked.shards[key]
+            if entry.done:
+                shards[key] = entry
+                continue
+            start_pos = resume.get(key, entry.position)
+            stream, shard_id = split_key(key)
+            found = self.prober.probe(key, stream, shard_id, start_pos, budgets[key],
+                                      until_ms=self.available_now_ms)
+            needs_resume = key in resume or key not in begin.shards
+            shards[key] = ShardOffset(
+                found.position,
+                done=found.shard_ended,
+                resume=start_pos if needs_resume and after(start_pos, found.position) else None,
+            )
+            if found.shard_ended:
+                self.discovery[stream].invalidate()  # its children should show up now
+        self.prober.forget(set(shards))
+        self.batches += 1
+        end = SourceOffset(shards)
+        if self.group is not None:
+            self.group.planned(end)
+        return end
+
+    def _caps(self, limit: Any) -> tuple[int | None, int | None]:
+        """(per-shard cap, total cap) for this batch's read limit."""
+        if READ_LIMITS and isinstance(limit, ReadAllAvailable):
+            return None, None
+        per_shard = self.options.max_records_per_shard
+        if READ_LIMITS and isinstance(limit, ReadMaxRows) and limit.max_rows < UNBOUNDED_ROWS:
+            return per_shard, int(limit.max_rows)
+        return per_shard, None
+
+    def committed(self, end: SourceOffset) -> None:
+        if self.group is not None:
+            self.group.checkpoint(end)
+
+    def close(self) -> None:
+        if self.group is not None:
+            self.group.close()
+
+
+def _order(offset: SourceOffset, listing: dict[str, list[Shard]]) -> list[str]:
+    """The offset's keys, parents before children within each stream (then by key)."""
+    rank: dict[str, int] = {}
+    for stream, shards in listing.items():
+        for i, s in enumerate(shard_order(shards)):
+            rank[shard_key(stream, s.shard_id)] = i
+    return sorted(offset.shards, key=lambda k: (split_key(k)[0], rank.get(k, -1), k))
+
+
+def _budgets(keys: list[str], per_shard: int | None, total: int | None,
+             rotation: int) -> dict[str, int | None]:
+    """Records each shard may add: the per-shard cap, and a total split evenly.
+
+    The remainder of an uneven split goes to shards in a rotating order, so with fewer rows
+    than shards every shard still gets its turn.
+    """
+    if total is None or not keys:
+        return {k: per_shard for k in keys}
+    base, extra = divmod(total, len(keys))
+    out: dict[str, int | None] = {}
+    for i, key in enumerate(keys):
+        share = base + (1 if (i - rotation) % len(keys) < extra else 0)
+        out[key] = share if per_shard is None else min(per_shard, share)
+    return out
