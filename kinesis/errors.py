@@ -44,6 +44,57 @@ class CheckpointError(KinesisHashRingError, ValueError):
     """A checkpoint was asked for a position that is not allowed (backwards, or not delivered)."""
 
 
+# --- Lease table, coordinator and DynamoDB membership -------------------------------------
+
+
+class LeaseTableError(KinesisHashRingError):
+    """Base class of lease table errors."""
+
+
+class LeaseTableNotFoundError(LeaseTableError, LookupError):
+    """The lease table does not exist and creating it was disabled."""
+
+
+class LeaseTableSchemaError(LeaseTableError):
+    """The lease table exists but its key schema is not the one this library writes."""
+
+
+class LeaseTableNotReadyError(LeaseTableError):
+    """The lease table did not become ACTIVE before the deadline."""
+
+
+class LeaseTableUnavailableError(LeaseTableError):
+    """A lease table call kept failing with a transient error (throttling, 5xx, network)."""
+
+
+class CorruptLeaseError(LeaseTableError):
+    """A lease row has missing or ill-typed attributes; it is never overwritten."""
+
+    def __init__(self, key: str, reason: str):
+        super().__init__(
+            f"lease row {key!r} is corrupt ({reason}); it is left untouched: fix or delete the "
+            "item in DynamoDB by hand"
+        )
+        self.key = key
+        self.reason = reason
+
+
+class InvalidLeaseKeyError(LeaseTableError, ValueError):
+    """A lease key is empty, not a string, or uses the reserved ``__`` prefix."""
+
+
+class InvalidCheckpointError(LeaseTableError, ValueError):
+    """A checkpoint value is neither a decimal sequence number nor a known sentinel."""
+
+
+class CheckpointRegressionError(LeaseTableError, CheckpointError):
+    """A checkpoint would move backwards; checkpoints only move forward."""
+
+
+class DuplicateMemberIdError(KinesisHashRingError):
+    """Another process heartbeats with this member id: every member needs a unique id."""
+
+
 # --- Spark source (spark_integration) ---------------------------------------------------
 
 

@@ -1,0 +1,893 @@
+"""``LeaseCoordinator``: the balanced, fenced lease loop for any set of resources.
+
+Every member runs one coordinator over the same lease table. On each tick (every
+``tick_interval``, by default ``lease_duration / 3``) it:
+
+1. renews the leases it holds (one conditional write each; a failed condition means
+   the lease was lost and the listener hears it at once);
+2. heartbeats its :class:`~kinesis.membership.DynamoDBMembership` if it drives one;
+3. scans the lease table (one consistent, paginated scan; the heartbeat rows come along);
+4. asks the resource provider which keys may be planned now, refreshes the member list
+   (cached by the membership) and computes :func:`hashring.plan_assignment` with the
+   current holders as input and ``replicas`` backups per key;
+5. takes the leases planned for it that are free, missing (it creates the row), handed
+   to it (it *adopts* them at once) or expired; hands off (gracefully) the leases it holds
+   that the plan gives to someone else, at most ``max_concurrent_handoffs`` at a time;
+   takes over expired leases as a backup by rank, and orphaned ones as anyone.
+
+Expiry is judged on this process's monotonic clock: a lease is expired when its counter
+has not changed for ``lease_duration`` since this coordinator first saw that value. A
+holder considers its own lease valid only until ``lease_duration - tick_interval`` after
+it *sent* its last successful write, so it stops before anyone else can think the lease
+expired: the two never process the same key at once (and every checkpoint is fenced by
+owner + counter anyway).
+
+Takeover order for an expired lease: the plan's owners without the dead holder, in
+order; the i-th of them may take it once it has been expired for ``i * backup_grace``.
+(If the plan's primary is the dead holder, its first backup acts at once; if the primary
+is someone else, the primary acts at once and the first backup one grace later.) A free
+lease counts as expired from the moment it is first seen free. Any member may take a
+lease (or create a missing row) unchanged for ``orphan_timeout``: disagreeing views can
+stall a key for a bounded time only.
+
+A member whose leases all look expired is *suspected* and left out of the plan (so its
+keys are not planned back to it), until a lease row shows it writing again or
+``orphan_timeout`` has passed (then it gets another chance). This covers a crashed member
+that a static or slow membership still lists.
+
+Graceful hand-off: the coordinator calls ``listener.on_handoff_requested(lease)``, which
+returns a completion (a :class:`threading.Event`, a :class:`concurrent.futures.Future`,
+or ``None`` for "already done"). Until the completion is done the lease keeps being
+renewed (also past ``handoff_timeout``, which only logs); then one conditional write
+passes the lease, with its checkpoint, to the planned owner, who adopts it on its next
+tick: no expiry wait, no duplicates. If by then the plan gives the key back to this
+member, the listener is told ``on_lease_acquired`` again instead. Held keys the provider
+no longer lists (e.g. finished shards) are released the same way (no new owner).
+
+Threads: :meth:`start` runs ticks on a daemon thread ("lease-coordinator-<id>"); tests
+call :meth:`tick` directly with a :class:`~kinesis.clock.FakeClock`. **Every listener
+callback runs on the tick thread** (also for leases found lost by :meth:`checkpoint`,
+which is called from processing threads). Listener exceptions are logged and counted;
+a failing ``on_lease_acquired`` releases that lease.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import functools
+import logging
+import math
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Protocol, runtime_checkable
+
+from hashring import Assignment, Membership, plan_assignment
+from hashring.errors import MembershipError
+from hashring.validation import check_replicas
+from kinesis.clock import MONOTONIC, Clock
+from kinesis.errors import (
+    CheckpointRegressionError,
+    ConfigurationError,
+    DuplicateMemberIdError,
+    InvalidLeaseKeyError,
+    KinesisHashRingError,
+    LeaseLostError,
+)
+from kinesis.lease_model import TRIM_HORIZON, Checkpoint, Lease, TableSnapshot, check_lease_key
+from kinesis.leases import LeaseTable
+from kinesis.membership import DynamoDBMembership
+
+log = logging.getLogger(__name__)
+
+Completion = threading.Event | concurrent.futures.Future[Any] | None
+"""What ``on_handoff_requested`` returns: done when the listener has stopped processing."""
+
+ResourceProvider = Callable[[TableSnapshot], Iterable[str]]
+"""Called once per tick with the fresh table snapshot: the keys that may be planned now."""
+
+
+@runtime_checkable
+class LeaseListener(Protocol):
+    """What the coordinator tells its user (the worker). All calls come from the tick thread."""
+
+    def on_lease_acquired(self, lease: Lease) -> None:
+        """Start processing ``lease`` from ``lease.checkpoint`` (taken, created or adopted)."""
+        ...
+
+    def on_lease_lost(self, lease: Lease) -> None:
+        """Stop processing now: another member holds the lease (do not checkpoint)."""
+        ...
+
+    def on_handoff_requested(self, lease: Lease) -> Completion:
+        """Stop processing and checkpoint; complete the returned Event/Future when done."""
+        ...
+
+
+class NullListener:
+    """A listener for resources that need no start/stop work (hand-offs complete at once)."""
+
+    def on_lease_acquired(self, lease: Lease) -> None:
+        pass
+
+    def on_lease_lost(self, lease: Lease) -> None:
+        pass
+
+    def on_handoff_requested(self, lease: Lease) -> Completion:
+        return None
+
+
+_RELEASE = object()  # hand-off target meaning "no new owner: release the lease"
+
+
+@dataclass
+class _Handoff:
+    completion: Completion
+    requested_at: float
+    target: Any  # member id, or _RELEASE
+    warned: bool = False
+
+
+@dataclass
+class _Held:
+    lease: Lease
+    sent_at: float
+    valid_until: float
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    handoff: _Handoff | None = None
+    gone: bool = False
+
+
+@dataclass
+class _Seen:
+    counter: int | None  # None: no row yet
+    owner: str | None
+    since: float
+
+
+@dataclass(frozen=True)
+class CoordinatorStatus:
+    """A snapshot of a coordinator's state, for health checks, logs and metrics."""
+
+    member_id: str
+    running: bool
+    stopping: bool
+    held: tuple[str, ...]
+    pending_handoffs: Mapping[str, str | None]
+    """Key -> planned new owner (None: the lease will be released)."""
+    suspects: tuple[str, ...]
+    ticks: int
+    last_tick_at: float | None
+    """The coordinator clock at the end of the last tick (None before the first)."""
+    counters: Mapping[str, int]
+
+
+COUNTER_NAMES = (
+    "ticks",
+    "created",
+    "acquired",
+    "adopted",
+    "takeovers",
+    "orphans_taken",
+    "take_conflicts",
+    "handoffs_requested",
+    "handoffs",
+    "handoffs_resumed",
+    "handoff_timeouts",
+    "releases",
+    "renewals",
+    "renew_failures",
+    "leases_lost",
+    "checkpoints",
+    "lease_loop_errors",
+    "listener_errors",
+    "membership_errors",
+)
+"""The counters in :attr:`CoordinatorStatus.counters` (all start at 0)."""
+
+
+def _done(completion: Completion) -> bool:
+    if completion is None:
+        return True
+    if isinstance(completion, threading.Event):
+        return completion.is_set()
+    return completion.done()
+
+
+def _wait(completion: Completion, timeout: float) -> None:
+    if completion is None:
+        return
+    if isinstance(completion, threading.Event):
+        completion.wait(timeout)
+    else:
+        concurrent.futures.wait([completion], timeout=timeout)
+
+
+class LeaseCoordinator:
+    """The lease loop of one member over one lease table. See the module docs."""
+
+    def __init__(
+        self,
+        table: LeaseTable,
+        membership: Membership,
+        resources: ResourceProvider | Iterable[str],
+        listener: LeaseListener | None = None,
+        *,
+        lease_duration: float = 10.0,
+        tick_interval: float | None = None,
+        max_concurrent_handoffs: int = 2,
+        replicas: int = 1,
+        backup_grace: float | None = None,
+        orphan_timeout: float | None = None,
+        handoff_timeout: float | None = None,
+        weights: Mapping[str, float] | None = None,
+        initial_checkpoint: Checkpoint | str = TRIM_HORIZON,
+        drive_membership: bool = True,
+        clock: Clock = MONOTONIC,
+    ):
+        if not isinstance(table, LeaseTable):
+            raise ConfigurationError(f"table must be a LeaseTable, got {type(table).__name__}")
+        if not isinstance(membership, Membership):
+            raise ConfigurationError(
+                f"membership must implement hashring.Membership (members(), self_id, version), "
+                f"got {type(membership).__name__}"
+            )
+        self.lease_duration = _seconds("lease_duration", lease_duration)
+        self.tick_interval = _seconds(
+            "tick_interval", tick_interval if tick_interval is not None else self.lease_duration / 3
+        )
+        if self.tick_interval * 2 > self.lease_duration:
+            raise ConfigurationError(
+                f"tick_interval ({self.tick_interval:g} s) must be at most half of lease_duration "
+                f"({self.lease_duration:g} s): leases are renewed once per tick and must be "
+                "renewed at least twice per lease duration (default: lease_duration / 3)"
+            )
+        if (
+            isinstance(max_concurrent_handoffs, bool)
+            or not isinstance(max_concurrent_handoffs, int)
+            or max_concurrent_handoffs < 1
+        ):
+            raise ConfigurationError(
+                f"max_concurrent_handoffs must be an int >= 1, got {max_concurrent_handoffs!r}"
+            )
+        self.replicas = check_replicas(replicas)
+        self.backup_grace = _seconds(
+            "backup_grace", backup_grace if backup_grace is not None else self.lease_duration
+        )
+        default_orphan = self.lease_duration + (self.replicas + 1) * self.backup_grace
+        self.orphan_timeout = _seconds(
+            "orphan_timeout", orphan_timeout if orphan_timeout is not None else default_orphan
+        )
+        if self.orphan_timeout < self.lease_duration:
+            raise ConfigurationError(
+                f"orphan_timeout ({self.orphan_timeout:g} s) must be >= lease_duration "
+                f"({self.lease_duration:g} s): a lease cannot be orphaned before it expires"
+            )
+        self.handoff_timeout = _seconds(
+            "handoff_timeout", handoff_timeout if handoff_timeout is not None else self.lease_duration
+        )
+        if weights is not None:
+            if not isinstance(weights, Mapping):
+                raise ConfigurationError(f"weights must be a mapping of member -> weight, got {weights!r}")
+            for member, w in weights.items():
+                if isinstance(w, bool) or not isinstance(w, int | float) or not math.isfinite(w) or w <= 0:
+                    raise ConfigurationError(f"weight of {member!r} must be a finite number > 0, got {w!r}")
+        if listener is None:
+            listener = NullListener()
+        if not isinstance(listener, LeaseListener):
+            raise ConfigurationError(
+                "listener must have on_lease_acquired, on_lease_lost and on_handoff_requested"
+            )
+        if callable(resources):
+            self._resources: ResourceProvider = resources
+        elif isinstance(resources, Iterable) and not isinstance(resources, str):
+            fixed = tuple(resources)
+            for key in fixed:
+                check_lease_key(key)
+            self._resources = lambda _snapshot: fixed
+        else:
+            raise ConfigurationError(
+                "resources must be a callable(snapshot) -> keys, or a collection of lease keys"
+            )
+        self.table = table
+        self.membership = membership
+        self.listener = listener
+        self.max_concurrent_handoffs = max_concurrent_handoffs
+        self.weights = dict(weights) if weights is not None else None
+        self.initial_checkpoint = Checkpoint.of(initial_checkpoint)
+        self.clock = clock
+        self.member_id = membership.self_id
+        self._drive: DynamoDBMembership | None = None
+        if (
+            drive_membership
+            and isinstance(membership, DynamoDBMembership)
+            and membership.table.table_name == table.table_name
+        ):
+            self._drive = membership
+            if membership.member_timeout < 2 * self.tick_interval:
+                raise ConfigurationError(
+                    f"member_timeout ({membership.member_timeout:g} s) must be >= 2 ticks "
+                    f"({2 * self.tick_interval:g} s): the coordinator heartbeats once per tick"
+                )
+        self._lock = threading.RLock()  # guards the dicts below
+        self._tick_lock = threading.Lock()  # one tick at a time
+        self._held: dict[str, _Held] = {}
+        self._seen: dict[str, _Seen] = {}
+        self._suspects: dict[str, float] = {}  # member -> last evidence of death
+        self._suspicions: dict[str, int] = {}  # member -> times suspected in a row
+        self._probation: set[str] = set()  # ex-suspects: one hand-off at a time until alive
+        self._lost_queue: list[Lease] = []
+        self._fresh: set[str] = set()  # keys acquired during the current tick
+        self._counters: Counter[str] = Counter(dict.fromkeys(COUNTER_NAMES, 0))
+        self._ticks = 0
+        self._last_tick_at: float | None = None
+        self._stopping = False
+        self._stopped = False
+        self._stop_event = threading.Event()
+        self._thread: threading.Thread | None = None
+        self.last_plan: Assignment | None = None
+        """The plan computed on the last tick (None if none could be made)."""
+
+    # --- public API --------------------------------------------------------------------
+
+    def start(self) -> LeaseCoordinator:
+        """Run :meth:`tick` every ``tick_interval`` (real time) on a daemon thread."""
+        with self._lock:
+            if self._stopped:
+                raise ConfigurationError("a stopped coordinator cannot be restarted: build a new one")
+            if self._thread is None:
+                self._stop_event.clear()
+                self._thread = threading.Thread(
+                    target=self._run, name=f"lease-coordinator-{self.member_id}", daemon=True
+                )
+                self._thread.start()
+        return self
+
+    def tick(self) -> None:
+        """One round of the lease loop (see the module docs). Never raises on table errors."""
+        with self._tick_lock:
+            if self._stopped:
+                return
+            try:
+                self._tick()
+            except KinesisHashRingError as exc:
+                self._count("lease_loop_errors")
+                log.warning("%s: lease loop tick failed: %s", self.member_id, exc)
+            except Exception:
+                self._count("lease_loop_errors")
+                log.exception("%s: lease loop tick failed", self.member_id)
+            finally:
+                self._ticks += 1
+                self._count("ticks")
+                self._last_tick_at = self.clock()
+
+    def stop(self, graceful: bool = True, timeout: float | None = None) -> bool:
+        """Stop the coordinator; return True if no lease is left behind.
+
+        ``graceful=True`` (SIGTERM): leave the membership (if it has ``leave()``), then hand
+        every held lease to its planned next owner (the plan without this member; released
+        if there is none), waiting up to ``timeout`` real seconds (default:
+        ``lease_duration``) for the listener to finish. Leases whose listener does not finish
+        in time are left to expire. ``graceful=False`` (a crash): simply stop renewing.
+        """
+        self._stop_event.set()
+        thread = self._thread
+        if thread is not None and thread is not threading.current_thread():
+            thread.join()
+        with self._lock:
+            if self._stopped:
+                return not self._held
+            self._stopping = True
+        if graceful:
+            leave = getattr(self.membership, "leave", None)
+            if callable(leave):
+                try:
+                    leave()
+                except Exception:
+                    log.exception("%s: leaving the membership failed", self.member_id)
+            deadline = time.monotonic() + (timeout if timeout is not None else self.lease_duration)
+            while True:
+                self.tick()
+                with self._lock:
+                    waiting = [h.handoff.completion for h in self._held.values() if h.handoff]
+                    empty = not self._held
+                remaining = deadline - time.monotonic()
+                if empty or remaining <= 0:
+                    break
+                pending = [c for c in waiting if not _done(c)]
+                if pending:
+                    _wait(pending[0], min(remaining, self.tick_interval))
+        with self._lock:
+            self._stopped = True
+            left = sorted(self._held)
+            for h in self._held.values():
+                h.gone = True
+            self._held.clear()
+        if left:
+            log.warning("%s stopped with leases left to expire: %s", self.member_id, left)
+        return graceful and not left
+
+    def checkpoint(self, key: str, checkpoint: Checkpoint | str | object) -> Lease:
+        """Checkpoint a held lease (from any thread); fenced by owner + counter.
+
+        Raises :class:`LeaseLostError` if this member no longer holds ``key`` (the listener
+        also gets ``on_lease_lost`` on the next tick) and :class:`CheckpointRegressionError`
+        if ``checkpoint`` is behind the stored one.
+        """
+        cp = Checkpoint.of(checkpoint)
+        with self._lock:
+            held = self._held.get(key)
+        if held is None:
+            raise LeaseLostError(f"{self.member_id} does not hold lease {key!r}: stop processing it")
+        with held.lock:
+            if held.gone:
+                raise LeaseLostError(f"{self.member_id} no longer holds lease {key!r}")
+            sent = self.clock()
+            if sent >= held.valid_until:
+                raise LeaseLostError(
+                    f"{self.member_id} could not renew lease {key!r} in time; stop processing it"
+                )
+            try:
+                new = self.table.checkpoint(held.lease, cp)
+            except LeaseLostError:
+                held.gone = True
+                with self._lock:
+                    if self._held.get(key) is held:
+                        del self._held[key]
+                        self._lost_queue.append(held.lease)
+                raise
+            except CheckpointRegressionError:
+                raise
+            held.lease = new
+            held.sent_at = sent
+            held.valid_until = sent + self.lease_duration - self.tick_interval
+            self._count("checkpoints")
+            return new
+
+    def holds(self, key: str) -> bool:
+        """True while this member may process ``key`` (held, renewed in time, not handed off)."""
+        with self._lock:
+            held = self._held.get(key)
+        if held is None or held.gone or self.clock() >= held.valid_until:
+            return False
+        return held.handoff is None or not _done(held.handoff.completion)
+
+    def lease(self, key: str) -> Lease | None:
+        """The held lease as last written by this member, or None."""
+        with self._lock:
+            held = self._held.get(key)
+        return None if held is None or held.gone else held.lease
+
+    def held_keys(self) -> tuple[str, ...]:
+        """The keys this member holds, sorted."""
+        with self._lock:
+            return tuple(sorted(k for k, h in self._held.items() if not h.gone))
+
+    def release(self, key: str) -> bool:
+        """Give up a held lease now (e.g. after SHARD_END); False if it was not held."""
+        with self._lock:
+            held = self._held.get(key)
+        if held is None:
+            return False
+        with held.lock:
+            if held.gone:
+                return False
+            try:
+                self.table.release(held.lease)
+                self._count("releases")
+            except LeaseLostError:
+                self._count("leases_lost")
+            held.gone = True
+            with self._lock:
+                if self._held.get(key) is held:
+                    del self._held[key]
+        return True
+
+    def status(self) -> CoordinatorStatus:
+        """A consistent snapshot of the coordinator's state."""
+        with self._lock:
+            pending = {
+                k: (None if h.handoff.target is _RELEASE else h.handoff.target)
+                for k, h in self._held.items()
+                if h.handoff is not None
+            }
+            return CoordinatorStatus(
+                member_id=self.member_id,
+                running=self._thread is not None and self._thread.is_alive(),
+                stopping=self._stopping,
+                held=tuple(sorted(self._held)),
+                pending_handoffs=pending,
+                suspects=tuple(sorted(self._suspects)),
+                ticks=self._ticks,
+                last_tick_at=self._last_tick_at,
+                counters=dict(self._counters),
+            )
+
+    @property
+    def counters(self) -> Mapping[str, int]:
+        """The event counters (see :data:`COUNTER_NAMES`)."""
+        return dict(self._counters)
+
+    def __repr__(self) -> str:
+        return f"LeaseCoordinator({self.member_id!r}, table={self.table.table_name!r})"
+
+    # --- the tick ------------------------------------------------------------------------
+
+    def _run(self) -> None:
+        while not self._stop_event.is_set():
+            started = time.monotonic()
+            self.tick()
+            self._stop_event.wait(max(0.0, self.tick_interval - (time.monotonic() - started)))
+
+    def _tick(self) -> None:
+        self._fresh.clear()
+        self._notify_lost()
+        self._renew_all()
+        if self._drive is not None and not self._stopping:
+            try:
+                self._drive.heartbeat()
+            except DuplicateMemberIdError:
+                self._count("membership_errors")
+            except KinesisHashRingError as exc:
+                self._count("membership_errors")
+                log.warning("%s: heartbeat failed: %s", self.member_id, exc)
+        snapshot = self.table.scan()
+        if self._drive is not None:
+            self._drive.observe(snapshot)
+        now = self.clock()
+        active = self._observe(snapshot, now)
+        try:
+            listed = self.membership.members()
+        except MembershipError as exc:
+            self._count("membership_errors")
+            log.warning("%s: no member list (%s); only renewing this tick", self.member_id, exc)
+            return
+        keys = self._plannable(snapshot)
+        self._update_suspects(snapshot, active, now)
+        ready = self.member_id in listed and not self._stopping
+        members = [m for m in listed if m not in self._suspects and (m != self.member_id or ready)]
+        if ready and self.member_id not in members:
+            members.append(self.member_id)
+        plan = self._plan(members, keys, snapshot)
+        self.last_plan = plan
+        self._adopt(snapshot)
+        if ready and plan is not None:
+            self._take(plan, keys, snapshot, now)
+        self._handoffs(plan, keys, snapshot, now)
+
+    def _adopt(self, snapshot: TableSnapshot) -> None:
+        """Adopt every lease handed off to this member (also when not planned or stopping:
+        an adopted lease is handed on or released right away, instead of stalling a key
+        for a lease duration)."""
+        for key, lease in sorted(snapshot.leases.items()):
+            if lease.owner != self.member_id or lease.handed_off_by is None:
+                continue
+            with self._lock:
+                if key in self._held:
+                    continue
+            self._acquire(key, "adopted", functools.partial(self.table.adopt, lease))
+
+    def _notify_lost(self) -> None:
+        with self._lock:
+            lost, self._lost_queue = self._lost_queue, []
+        for lease in lost:
+            self._count("leases_lost")
+            self._call_listener("on_lease_lost", lease)
+
+    def _renew_all(self) -> None:
+        with self._lock:
+            held = sorted(self._held.items())
+        for key, h in held:
+            lost = False
+            with h.lock:
+                if h.gone:
+                    continue
+                sent = self.clock()
+                if sent - h.sent_at < self.tick_interval / 2:
+                    continue  # written moments ago (a checkpoint): that was the renewal
+                desired = None
+                if h.handoff is not None and h.handoff.target is not _RELEASE:
+                    desired = h.handoff.target
+                pending: Any = desired if desired != h.lease.pending_handoff else _KEEP
+                try:
+                    if pending is _KEEP:
+                        h.lease = self.table.renew(h.lease)
+                    else:
+                        h.lease = self.table.renew(h.lease, pending_handoff=pending)
+                    h.sent_at = sent
+                    h.valid_until = sent + self.lease_duration - self.tick_interval
+                    self._count("renewals")
+                except LeaseLostError as exc:
+                    log.warning("%s: lost lease %s: %s", self.member_id, key, exc)
+                    lost = True
+                except KinesisHashRingError as exc:
+                    self._count("renew_failures")
+                    log.warning("%s: could not renew %s: %s", self.member_id, key, exc)
+                    if self.clock() >= h.valid_until:
+                        log.error("%s: lease %s not renewed in time; dropping it", self.member_id, key)
+                        lost = True
+                if lost:
+                    h.gone = True
+            if lost:
+                self._forget(key, h, notify=True)
+
+    def _forget(self, key: str, h: _Held, *, notify: bool) -> None:
+        with self._lock:
+            if self._held.get(key) is h:
+                del self._held[key]
+        if notify:
+            self._count("leases_lost")
+            if h.handoff is None or not _done(h.handoff.completion):
+                self._call_listener("on_lease_lost", h.lease)
+
+    def _observe(self, snapshot: TableSnapshot, now: float) -> set[str]:
+        """Track when each row's counter last changed; return members seen writing."""
+        active: set[str] = set()
+        with self._lock:
+            for key, lease in snapshot.leases.items():
+                seen = self._seen.get(key)
+                if seen is None or seen.counter != lease.counter or seen.owner != lease.owner:
+                    self._seen[key] = _Seen(lease.counter, lease.owner, now)
+                    if seen is not None and lease.owner is not None and lease.handed_off_by is None:
+                        active.add(lease.owner)
+            for key in [k for k, s in self._seen.items() if k not in snapshot.leases and s.counter is not None]:
+                del self._seen[key]
+        return active
+
+    def _update_suspects(self, snapshot: TableSnapshot, active: set[str], now: float) -> None:
+        """Suspect members whose leases all expired; give them another chance later.
+
+        A suspect is left out of the plan until a lease row shows it writing, or until
+        ``orphan_timeout * 2**(n-1)`` (n: how often it was suspected in a row, at most 16x)
+        has passed; then it is on *probation*: it is planned again, but each member hands
+        it at most one lease at a time until it adopts one (proof of life). A dead member
+        that a static membership keeps listing so costs one lease per donor for one lease
+        duration, at exponentially growing intervals.
+        """
+        holders: dict[str, list[str]] = {}
+        for key, lease in snapshot.leases.items():
+            if lease.owner is not None and lease.owner != self.member_id:
+                holders.setdefault(lease.owner, []).append(key)
+        with self._lock:
+            for member in active:
+                if member in self._suspects or member in self._probation:
+                    log.info("%s: %s is alive again", self.member_id, member)
+                self._suspects.pop(member, None)
+                self._probation.discard(member)
+                self._suspicions.pop(member, None)
+            for member, keys in holders.items():
+                if member in active:
+                    continue
+                if all(now - self._seen[k].since >= self.lease_duration for k in keys):
+                    if member not in self._suspects:
+                        self._suspicions[member] = self._suspicions.get(member, 0) + 1
+                        self._probation.discard(member)
+                        log.info("%s: suspecting %s (all its leases expired)", self.member_id, member)
+                    self._suspects[member] = now
+            for member, since in list(self._suspects.items()):
+                backoff = 2 ** min(self._suspicions.get(member, 1) - 1, 4)
+                if now - since >= self.orphan_timeout * backoff:
+                    del self._suspects[member]
+                    self._probation.add(member)
+
+    def _plannable(self, snapshot: TableSnapshot) -> list[str]:
+        keys: list[str] = []
+        seen: set[str] = set()
+        for key in self._resources(snapshot):
+            try:
+                check_lease_key(key)
+            except InvalidLeaseKeyError as exc:
+                self._count("lease_loop_errors")
+                log.error("%s: resource provider returned a bad key: %s", self.member_id, exc)
+                continue
+            if key in seen or key in snapshot.corrupt:
+                continue
+            seen.add(key)
+            keys.append(key)
+        return keys
+
+    def _plan(self, members: list[str], keys: list[str], snapshot: TableSnapshot) -> Assignment | None:
+        if not members:
+            return None
+        current = {k: snapshot.leases[k].owner for k in keys if k in snapshot.leases}
+        weights = None
+        if self.weights is not None:
+            weights = {m: self.weights.get(m, 1.0) for m in members}
+        return plan_assignment(
+            members,
+            keys,
+            current_owners=current,
+            weights=weights,
+            replicas=min(self.replicas, len(members) - 1),
+        )
+
+    def _take(self, plan: Assignment, keys: list[str], snapshot: TableSnapshot, now: float) -> None:
+        me = self.member_id
+        for key in keys:
+            with self._lock:
+                if key in self._held:
+                    continue
+                seen = self._seen.get(key)
+                if seen is None or (key not in snapshot.leases and seen.counter is not None):
+                    seen = self._seen[key] = _Seen(None, None, now)
+            lease = snapshot.leases.get(key)
+            owners = plan.owners[key]
+            unchanged = now - seen.since
+            if lease is not None and lease.owner == me:
+                if lease.handed_off_by is None and unchanged >= self.lease_duration:
+                    # left behind by an earlier run of this member id: take it once expired
+                    self._acquire(key, "takeovers", functools.partial(self.table.take, lease, me))
+                continue
+            free = lease is None or lease.owner is None
+            expired_for = unchanged if free else unchanged - self.lease_duration
+            if expired_for < 0:
+                continue
+            holder = None if lease is None else lease.owner
+            candidates = [o for o in owners if o != holder]
+            if me in candidates:
+                if expired_for < candidates.index(me) * self.backup_grace:
+                    continue
+                kind = "acquired" if free else "takeovers"
+            elif unchanged >= self.orphan_timeout:
+                kind = "orphans_taken"
+            else:
+                continue
+            if lease is None:
+                self._acquire(
+                    key,
+                    "created" if kind == "acquired" else kind,
+                    functools.partial(
+                        self.table.create_lease_if_absent,
+                        key,
+                        checkpoint=self.initial_checkpoint,
+                        owner=me,
+                    ),
+                )
+            else:
+                self._acquire(key, kind, functools.partial(self.table.take, lease, me))
+
+    def _acquire(self, key: str, kind: str, write: Callable[[], Lease | None]) -> None:
+        sent = self.clock()
+        try:
+            lease = write()
+        except LeaseLostError:
+            lease = None
+        except KinesisHashRingError as exc:
+            self._count("lease_loop_errors")
+            log.warning("%s: could not take %s: %s", self.member_id, key, exc)
+            return
+        if lease is None:
+            self._count("take_conflicts")
+            return
+        h = _Held(lease, sent, sent + self.lease_duration - self.tick_interval)
+        with self._lock:
+            self._held[key] = h
+            self._fresh.add(key)
+        self._count(kind)
+        log.info("%s: %s lease %s (counter %d)", self.member_id, kind, key, lease.counter)
+        if not self._call_listener("on_lease_acquired", lease):
+            with h.lock:
+                if not h.gone:
+                    try:
+                        self.table.release(h.lease)
+                        self._count("releases")
+                    except KinesisHashRingError:
+                        pass
+                    h.gone = True
+            self._forget(key, h, notify=False)
+
+    def _handoffs(
+        self, plan: Assignment | None, keys: list[str], snapshot: TableSnapshot, now: float
+    ) -> None:
+        plannable = set(keys)
+        owners = {lease.owner for lease in snapshot.leases.values()}
+        # never hand a lease to a member that lets one of its leases expire
+        unhealthy = {
+            lease.owner
+            for key, lease in snapshot.leases.items()
+            if lease.owner is not None and now - self._seen[key].since >= self.lease_duration
+        }
+        with self._lock:
+            held = sorted(self._held.items())
+        in_flight = sum(1 for _, h in held if h.handoff is not None)
+        probing = {h.handoff.target for _, h in held if h.handoff is not None}
+        for key, h in held:
+            if h.gone or key in self._fresh:
+                continue  # taken this tick under an older plan: judged on the next tick
+            target: Any
+            if key not in plannable:
+                target = _RELEASE
+            elif plan is None:
+                target = self.member_id if not self._stopping else _RELEASE
+            else:
+                target = plan.owner(key)
+            if h.handoff is None:
+                if target == self.member_id:
+                    continue
+                if target is not _RELEASE and not self._stopping:
+                    if in_flight >= self.max_concurrent_handoffs:
+                        continue
+                    if target in unhealthy:
+                        continue
+                    if target in self._probation and (target in probing or target in owners):
+                        continue  # one probe at a time until it shows it is alive
+                    in_flight += 1
+                    probing.add(target)
+                completion = self._request_handoff(h.lease)
+                with self._lock:
+                    h.handoff = _Handoff(completion, now, target)
+                self._count("handoffs_requested")
+            handoff = h.handoff
+            assert handoff is not None
+            handoff.target = target
+            if not _done(handoff.completion):
+                if not handoff.warned and now - handoff.requested_at >= self.handoff_timeout:
+                    handoff.warned = True
+                    self._count("handoff_timeouts")
+                    log.warning(
+                        "%s: listener has not finished hand-off of %s after %.1f s; still renewing",
+                        self.member_id, key, now - handoff.requested_at,
+                    )
+                continue
+            self._complete_handoff(key, h, target)
+
+    def _request_handoff(self, lease: Lease) -> Completion:
+        try:
+            return self.listener.on_handoff_requested(lease)
+        except Exception:
+            self._count("listener_errors")
+            log.exception("%s: on_handoff_requested(%s) failed", self.member_id, lease.key)
+            return None
+
+    def _complete_handoff(self, key: str, h: _Held, target: Any) -> None:
+        if target == self.member_id:  # the plan changed back: resume processing
+            with self._lock:
+                h.handoff = None
+            self._count("handoffs_resumed")
+            if not self._call_listener("on_lease_acquired", h.lease):
+                target = _RELEASE
+            else:
+                return
+        with h.lock:
+            if h.gone:
+                return
+            try:
+                if target is _RELEASE:
+                    self.table.release(h.lease)
+                    self._count("releases")
+                else:
+                    self.table.handoff(h.lease, target)
+                    self._count("handoffs")
+                    log.info("%s: handed %s off to %s", self.member_id, key, target)
+            except LeaseLostError:
+                self._count("leases_lost")
+            except KinesisHashRingError as exc:
+                self._count("lease_loop_errors")
+                log.warning("%s: hand-off of %s failed (retried next tick): %s", self.member_id, key, exc)
+                return
+            h.gone = True
+        self._forget(key, h, notify=False)
+
+    def _count(self, name: str) -> None:
+        with self._lock:
+            self._counters[name] += 1
+
+    def _call_listener(self, method: str, lease: Lease) -> bool:
+        try:
+            getattr(self.listener, method)(lease)
+            return True
+        except Exception:
+            self._count("listener_errors")
+            log.exception("%s: listener.%s(%s) failed", self.member_id, method, lease.key)
+            return False
+
+
+_KEEP = object()
+
+
+def _seconds(name: str, value: object) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value) or value <= 0:
+        raise ConfigurationError(f"{name} must be a finite number of seconds > 0, got {value!r}")
+    return float(value)
