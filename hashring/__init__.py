@@ -18,7 +18,7 @@ from hashring.errors import (
     UnknownStrategyError,
 )
 from hashring.hashing import key_hash, member_hash, string_key_hash
-from hashring.membership import Membership, StaticMembership
+from hashring.membership import KubernetesMembership, Membership, StaticMembership
 from hashring.placement import STRATEGIES, owners_of
 from hashring.ring import HashRing, Role
 
@@ -34,6 +34,7 @@ __all__ = [
     "InvalidMembersError",
     "InvalidReplicasError",
     "InvalidWeightsError",
+    "KubernetesMembership",
     "Membership",
     "MembershipError",
     "MembershipUnavailableError",

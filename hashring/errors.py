@@ -42,3 +42,49 @@ class MembershipError(HashRingError):
 
 class MembershipUnavailableError(MembershipError):
     """No member list newer than ``max_staleness`` could be obtained."""
+
+
+# --- Kubernetes membership (hashring.membership.kubernetes) -------------------------------
+
+
+class KubernetesNotInstalledError(ConfigurationError):
+    """``KubernetesMembership`` was built without the ``kubernetes`` package installed."""
+
+
+class KubernetesConfigurationError(ConfigurationError):
+    """Bad ``KubernetesMembership`` arguments, or no pod name, namespace or API config found."""
+
+
+class KubernetesPermissionError(MembershipError):
+    """The API refused a call (401/403); the message names the missing RBAC verb and resource."""
+
+    def __init__(self, message: str, *, status: int, verb: str, resource: str):
+        super().__init__(message)
+        self.status = status
+        self.verb = verb
+        self.resource = resource
+
+
+class OwnPodNotFoundError(MembershipError):
+    """This process's own pod does not exist: the pod name (POD_NAME/HOSTNAME) is wrong."""
+
+
+class PodOwnerError(MembershipError):
+    """The pod is not controlled by what the mode needs (e.g. no Deployment for ``deployment``)."""
+
+
+class KubernetesAPIError(MembershipError):
+    """Another API failure (unreachable, timeouts after retries, 5xx, unexpected status)."""
+
+    def __init__(self, message: str, *, status: int | None = None):
+        super().__init__(message)
+        self.status = status
+
+
+class StaleMembershipError(MembershipUnavailableError):
+    """The last good member list is older than ``max_staleness`` and refreshing keeps failing."""
+
+    def __init__(self, message: str, *, age: float, last_error: BaseException | None):
+        super().__init__(message)
+        self.age = age
+        self.last_error = last_error

@@ -44,6 +44,23 @@ def kinesis_resharding(aws: LocalAWS) -> Iterator[LocalAWS]:
         yield aws
 
 
+# --- Kubernetes (helper B): a fake API server per test, enforcing the example Role -----------
+
+
+@pytest.fixture
+def fake_k8s() -> Iterator[object]:
+    """A started ``tests.support.fake_k8s.FakeKubernetes`` in namespace "streaming".
+
+    It answers 403 to anything ``examples/k8s/rbac.yaml``'s Role does not grant, so
+    every Kubernetes test also proves that Role is enough.
+    """
+    from tests.support.fake_k8s import FakeKubernetes, load_role_rules
+
+    rules = load_role_rules(str(ROOT / "examples" / "k8s" / "rbac.yaml"))
+    with FakeKubernetes(namespace="streaming", rbac_rules=rules) as fake:
+        yield fake
+
+
 # --- Spark (spark_integration tests) ----------------------------------------------------
 # One local[2] session for the whole test session, created only when a Spark test asks.
 
