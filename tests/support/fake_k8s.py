@@ -20,6 +20,8 @@ import copy
 import json
 import random
 import re
+import select
+import socket
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
@@ -265,6 +267,12 @@ class FakeKubernetes:
     def reset_requests(self) -> None:
         with self._lock:
             self.requests.clear()
+
+    @property
+    def resource_version(self) -> int:
+        """The latest resourceVersion handed out (by any object)."""
+        with self._lock:
+            return self._rv
 
     @property
     def open_watches(self) -> int:
@@ -612,7 +620,9 @@ class FakeKubernetes:
         except OSError:
             handler.close_connection = True
 
-    def _watch_events(self, namespace: str, query: Mapping[str, str]) -> Iterator[dict[str, Any]]:
+    def _watch_events(self, namespace: str, query: Mapping[str, str],
+                      client_gone: Callable[[], bool] = lambda: False
+                      ) -> Iterator[dict[str, Any]]:
         """Events for one watch request, blocking for new ones until its timeout."""
         reqs = parse_selector(query.get("labelSelector", ""))
         bookmarks = query.get("allowWatchBookmarks", "").lower() in ("true", "1")
@@ -635,7 +645,7 @@ class FakeKubernetes:
         last_bookmark = time.monotonic()
         while not self._stopping.is_set():
             now = time.monotonic()
-            if now >= deadline:
+            if now >= deadline or client_gone():
                 return
             bookmark_due = interval is not None and now - last_bookmark >= interval
             with self._lock:
@@ -643,7 +653,7 @@ class FakeKubernetes:
                 pending = [e for e in self._watch.events if e.rv > start]
                 current = self._rv
                 if not expired and not pending and not bookmark_due:
-                    wait = deadline - now
+                    wait = min(deadline - now, 0.1)  # look for a closed client now and then
                     if interval is not None:
                         wait = min(wait, max(0.001, last_bookmark + interval - now))
                     self._lock.wait(wait)
@@ -689,7 +699,8 @@ class FakeKubernetes:
             with self._lock:
                 self._watch.open += 1
             try:
-                for event in self._watch_events(namespace, query):
+                for event in self._watch_events(namespace, query,
+                                                lambda: _client_gone(handler)):
                     data = json.dumps(event).encode() + b"\n"
                     handler.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
                     handler.wfile.flush()
@@ -700,6 +711,16 @@ class FakeKubernetes:
                     self._watch.open -= 1
         except OSError:
             handler.close_connection = True
+
+
+def _client_gone(handler: BaseHTTPRequestHandler) -> bool:
+    """Whether the client closed its end of a streaming connection (it never sends more)."""
+    sock = handler.connection
+    try:
+        readable, _, _ = select.select([sock], [], [], 0)
+        return bool(readable) and sock.recv(1, socket.MSG_PEEK) == b""
+    except (OSError, ValueError):
+        return True
 
 
 def _make_handler(fake: FakeKubernetes) -> type[BaseHTTPRequestHandler]:
