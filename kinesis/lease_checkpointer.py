@@ -1,0 +1,60 @@
+"""The concrete :class:`~kinesis.processor.Checkpointer` of a worker: checkpoints go to the lease.
+
+Every checkpoint is one conditional write through
+:meth:`LeaseCoordinator.checkpoint <kinesis.coordinator.LeaseCoordinator.checkpoint>`, fenced
+by the lease's owner and counter and by ``checkpointOrder <= new`` in DynamoDB, so
+
+* a member that lost the lease cannot write (:class:`~kinesis.errors.LeaseLostError`, and
+  every later call raises it too);
+* a checkpoint never moves backwards, locally (:class:`~kinesis.errors.CheckpointError`
+  from :class:`~kinesis.processor.CheckpointerBase`) nor in the table;
+* ``checkpoint()`` inside ``shard_ended`` writes ``SHARD_END``, which lets the children start.
+"""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+from kinesis.errors import LeaseLostError
+from kinesis.lease_model import SHARD_END, Checkpoint, Lease
+from kinesis.positions import Position
+from kinesis.processor import CheckpointerBase
+
+
+class CheckpointSink(Protocol):
+    """What the checkpointer writes through (a :class:`~kinesis.coordinator.LeaseCoordinator`)."""
+
+    def checkpoint(self, key: str, checkpoint: Checkpoint | str | object) -> Lease:
+        """Write ``checkpoint`` to the held lease ``key``; raise LeaseLostError if not held."""
+        ...
+
+
+class LeaseCheckpointer(CheckpointerBase):
+    """Checkpoints one shard lease through the coordinator (thread-safe)."""
+
+    def __init__(
+        self,
+        sink: CheckpointSink,
+        key: str,
+        stream_name: str,
+        shard_id: str,
+        last_checkpoint: Position | None = None,
+    ):
+        super().__init__(stream_name, shard_id, last_checkpoint)
+        self.sink = sink
+        self.key = key
+        self.writes = 0
+        """Checkpoints persisted by this checkpointer."""
+
+    def _persist(self, position: Position | None, *, shard_end: bool) -> None:
+        if shard_end:
+            checkpoint = SHARD_END
+        else:
+            assert position is not None
+            checkpoint = Checkpoint(position.sequence_number, position.sub_sequence_number)
+        try:
+            self.sink.checkpoint(self.key, checkpoint)
+        except LeaseLostError:
+            self.mark_lease_lost()
+            raise
+        self.writes += 1

@@ -1,0 +1,113 @@
+"""Prometheus metrics of a :class:`~kinesis.worker.Worker` (optional extra ``metrics``).
+
+``prometheus_client`` is imported lazily: without it :func:`build_registry` returns ``None``
+and the worker runs without metrics. The collector reads :meth:`Worker.status` at scrape
+time, so there is no second set of counters to keep in sync. Metrics (label ``worker`` on all):
+
+===================================================== ======= ============================
+``kinesis_worker_leases_held``                        gauge   leases held now
+``kinesis_worker_ready``                              gauge   1 when the readiness probe passes
+``kinesis_worker_records_processed_total``            counter by ``application``, ``stream``
+``kinesis_worker_millis_behind_latest``               gauge   by ``application``, ``stream``, ``shard``
+``kinesis_worker_handoffs_total``                     counter graceful hand-offs given
+``kinesis_worker_takeovers_total``                    counter expired/orphaned leases taken
+``kinesis_worker_lease_loop_errors_total``            counter failed lease-loop operations
+``kinesis_worker_processor_errors_total``             counter processor/consumer failures
+``kinesis_worker_lease_events_total``                 counter every coordinator counter, by ``event``
+===================================================== ======= ============================
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from kinesis.worker import Worker
+
+
+def prometheus_available() -> bool:
+    """True if ``prometheus_client`` can be imported."""
+    try:
+        import prometheus_client  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+class WorkerCollector:
+    """A prometheus_client custom collector over one worker's status."""
+
+    def __init__(self, worker: Worker):
+        self.worker = worker
+
+    def collect(self) -> Iterator[Any]:
+        from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+
+        status = self.worker.status()
+        w = status.worker_id
+        held = GaugeMetricFamily("kinesis_worker_leases_held", "Leases held by this worker", labels=["worker"])
+        held.add_metric([w], len(status.held))
+        yield held
+        ready = GaugeMetricFamily("kinesis_worker_ready", "1 when the worker is ready", labels=["worker"])
+        ready.add_metric([w], 1.0 if status.ready else 0.0)
+        yield ready
+        records = CounterMetricFamily(
+            "kinesis_worker_records_processed", "Records handed to processors",
+            labels=["worker", "application", "stream"],
+        )
+        for name, n in sorted(status.records_processed.items()):
+            application, stream = name.split("/", 1)
+            records.add_metric([w, application, stream], n)
+        yield records
+        lag = GaugeMetricFamily(
+            "kinesis_worker_millis_behind_latest", "MillisBehindLatest of the last GetRecords per shard",
+            labels=["worker", "application", "stream", "shard"],
+        )
+        for shard in status.shards:
+            if shard.millis_behind_latest is not None:
+                lag.add_metric([w, shard.application, shard.stream, shard.shard_id], shard.millis_behind_latest)
+        yield lag
+        c = status.lease_counters
+        for name, value, doc in (
+            ("kinesis_worker_handoffs", c.get("handoffs", 0), "Graceful hand-offs given to another member"),
+            (
+                "kinesis_worker_takeovers",
+                c.get("takeovers", 0) + c.get("orphans_taken", 0),
+                "Expired or orphaned leases taken over",
+            ),
+            ("kinesis_worker_lease_loop_errors", c.get("lease_loop_errors", 0), "Failed lease-loop operations"),
+            (
+                "kinesis_worker_processor_errors",
+                status.worker_counters.get("processor_errors", 0),
+                "Processor or shard consumer failures (the shard restarts from its checkpoint)",
+            ),
+        ):
+            family = CounterMetricFamily(name, doc, labels=["worker"])
+            family.add_metric([w], value)
+            yield family
+        events = CounterMetricFamily(
+            "kinesis_worker_lease_events", "Lease coordinator event counters", labels=["worker", "event"]
+        )
+        for event, value in sorted(c.items()):
+            events.add_metric([w, event], value)
+        yield events
+
+
+def build_registry(worker: Worker, registry: Any = None) -> Any:
+    """A ``CollectorRegistry`` with the worker's collector (None without prometheus_client)."""
+    try:
+        from prometheus_client import CollectorRegistry
+    except ImportError:
+        return None
+    if registry is None:
+        registry = CollectorRegistry()
+    registry.register(WorkerCollector(worker))
+    return registry
+
+
+def render(registry: Any) -> tuple[bytes, str]:
+    """The text exposition of ``registry`` and its content type."""
+    from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
+    return generate_latest(registry), CONTENT_TYPE_LATEST

@@ -1,0 +1,404 @@
+"""One thread per held shard lease: a :class:`~kinesis.reader.ShardReader` feeding a processor.
+
+:class:`ConsumerPool` is the worker's :class:`~kinesis.coordinator.LeaseListener`; the lease
+coordinator calls it (on its tick thread) and it starts or stops :class:`ShardConsumer`
+threads, never blocking the tick:
+
+* ``on_lease_acquired(lease)``: a new :class:`ShardConsumer` starts at ``lease.checkpoint``
+  (just after the checkpointed record, or at the initial position). A consumer still running
+  for the same key (a lease lost and taken back) is waited for first, so a shard is never
+  processed by two threads at once.
+* ``on_handoff_requested(lease)``: the consumer finishes its current batch, calls
+  ``processor.shutdown_requested(checkpointer)`` (which checkpoints), and only then completes
+  the returned event; the coordinator passes the lease on with that checkpoint, so the next
+  owner starts right after the last processed record: no gap, no duplicate.
+* ``on_lease_lost(lease)``: the consumer stops after its current batch and calls
+  ``processor.lease_lost()``; its checkpointer refuses every later checkpoint.
+
+The processor lifecycle per lease is ``initialize``, ``process_records`` for every non-empty
+batch, then exactly one of ``shard_ended`` (then the lease is released with its ``SHARD_END``
+checkpoint, and the children become ready), ``shutdown_requested`` or ``lease_lost``.
+
+Before every read the consumer checks ``coordinator.holds(key)``: a member whose lease is past
+its local validity (renewals failing) pauses instead of processing, so it never processes
+while another member may already hold the lease.
+
+A processor exception never skips records: the consumer stops, calls ``lease_lost()``, and
+releases the lease, which is then taken again (usually by the same member) from the last
+checkpoint. Shards without a checkpoint at ``LATEST`` are *pinned* on first acquisition: the
+checkpoint becomes ``AT_TIMESTAMP`` of that moment, so a later owner (hand-off or crash)
+continues from the same point instead of skipping what arrived in between.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any, Protocol
+
+from botocore.exceptions import BotoCoreError
+
+from kinesis.errors import (
+    ConfigurationError,
+    KinesisHashRingError,
+    KinesisRetriesExhaustedError,
+    LeaseLostError,
+)
+from kinesis.lease_checkpointer import LeaseCheckpointer
+from kinesis.lease_model import Checkpoint, Lease
+from kinesis.positions import InitialPosition, Position
+from kinesis.processor import InitializationInput, RecordProcessor
+from kinesis.reader import ShardReader
+from kinesis.worker_config import ProcessorFactory, StreamConfig, WorkerConfig
+
+log = logging.getLogger(__name__)
+
+
+class LeaseHolder(Protocol):
+    """The part of :class:`~kinesis.coordinator.LeaseCoordinator` a consumer uses."""
+
+    def holds(self, key: str) -> bool: ...
+
+    def checkpoint(self, key: str, checkpoint: Checkpoint | str | object) -> Lease: ...
+
+    def release(self, key: str) -> bool: ...
+
+
+@dataclass(frozen=True)
+class ShardStatus:
+    """What one shard consumer is doing (part of :meth:`Worker.status`)."""
+
+    key: str
+    application: str
+    stream: str
+    shard_id: str
+    state: str
+    """starting, processing, shutting-down, ended, lost, failed or stopped."""
+    records_processed: int
+    batches: int
+    millis_behind_latest: int | None
+    last_checkpoint: str | None
+
+
+class ShardConsumer:
+    """Reads one shard lease and drives its processor on a daemon thread (see module docs)."""
+
+    def __init__(
+        self,
+        pool: ConsumerPool,
+        spec: StreamConfig,
+        lease: Lease,
+        processor_factory: ProcessorFactory,
+        previous: ShardConsumer | None = None,
+    ):
+        self.pool = pool
+        self.spec = spec
+        self.lease = lease
+        self.key = lease.key
+        self.shard_id = lease.key[len(spec.key_prefix) :]
+        self.processor_factory = processor_factory
+        self.previous = previous
+        self.state = "starting"
+        self.records_processed = 0
+        self.batches = 0
+        self.millis_behind_latest: int | None = None
+        self.checkpointer: LeaseCheckpointer | None = None
+        self.stopped = threading.Event()
+        """Set once the processor is done with this lease (the hand-off completion)."""
+        self._wake = threading.Event()  # the reader's stop event: interrupts waits and retries
+        self._lock = threading.Lock()
+        self._reason: str | None = None  # "handoff", "lost" or "halt"
+        self.thread = threading.Thread(target=self._run, name=f"shard-{self.key}", daemon=True)
+
+    # --- control (any thread) -------------------------------------------------------
+
+    def start(self) -> ShardConsumer:
+        self.thread.start()
+        return self
+
+    def request_handoff(self) -> threading.Event:
+        """Finish the current batch, call ``shutdown_requested``, then set the returned event."""
+        self._stop_for("handoff")
+        return self.stopped
+
+    def lease_lost(self) -> None:
+        """Stop after the current batch and call ``lease_lost`` (no checkpoint is possible)."""
+        self._stop_for("lost")
+
+    def halt(self) -> None:
+        """Stop without hand-off (the worker stops without grace): the processor hears lease_lost."""
+        self._stop_for("halt")
+
+    def join(self, timeout: float | None = None) -> bool:
+        self.thread.join(timeout)
+        return not self.thread.is_alive()
+
+    def _stop_for(self, reason: str) -> None:
+        with self._lock:
+            # "lost" overrides a pending hand-off: no checkpoint can succeed any more
+            if self._reason is None or (reason == "lost" and self._reason == "handoff"):
+                self._reason = reason
+        self._wake.set()
+
+    @property
+    def reason(self) -> str | None:
+        with self._lock:
+            return self._reason
+
+    def status(self) -> ShardStatus:
+        cp = self.checkpointer.last_checkpoint if self.checkpointer is not None else None
+        return ShardStatus(
+            key=self.key,
+            application=self.spec.application,
+            stream=self.spec.stream,
+            shard_id=self.shard_id,
+            state=self.state,
+            records_processed=self.records_processed,
+            batches=self.batches,
+            millis_behind_latest=self.millis_behind_latest,
+            last_checkpoint=None if cp is None else f"{cp.sequence_number}/{cp.sub_sequence_number}",
+        )
+
+    # --- the thread -------------------------------------------------------------------
+
+    def _run(self) -> None:
+        try:
+            if self.previous is not None:
+                while not self.previous.stopped.wait(0.05):
+                    if self.reason is not None:
+                        return
+            self._consume()
+        except Exception:
+            log.exception("%s: shard consumer failed", self.key)
+            self.state = "failed"
+            self.pool.count("processor_errors")
+            self._release()
+        finally:
+            self.stopped.set()
+            self.pool.finished(self)
+
+    def _consume(self) -> None:
+        coordinator = self.pool.coordinator
+        checkpoint = self.lease.checkpoint
+        if checkpoint.is_shard_end:  # nothing left to read: let the children start
+            self.state = "ended"
+            self._release()
+            return
+        if checkpoint.sequence_number == "LATEST":
+            pinned = Checkpoint.at_timestamp(datetime.now(UTC))
+            try:
+                coordinator.checkpoint(self.key, pinned)
+            except LeaseLostError:
+                self.state = "lost"
+                return
+            checkpoint = pinned
+        start = checkpoint.to_start_position()
+        assert start is not None
+        last = start if isinstance(start, Position) else None
+        checkpointer = LeaseCheckpointer(coordinator, self.key, self.spec.stream, self.shard_id, last)
+        self.checkpointer = checkpointer
+        processor = self.processor_factory()
+        if not isinstance(processor, RecordProcessor):
+            raise ConfigurationError(
+                f"the processor factory of stream {self.spec.stream!r} returned "
+                f"{type(processor).__name__}, not a kinesis.RecordProcessor"
+            )
+        initial = start if isinstance(start, InitialPosition) else self.spec.start
+        processor.initialize(InitializationInput(self.spec.stream, self.shard_id, last, initial))
+        reader = ShardReader(
+            self.pool.kinesis_client,
+            self.spec.stream,
+            self.shard_id,
+            start,
+            max_records=self.pool.config.max_records,
+            idle_backoff=self.pool.config.idle_backoff,
+            stop_event=self._wake,
+        )
+        self.state = "processing"
+        try:
+            ended = self._loop(reader, processor, checkpointer)
+        except LeaseLostError as exc:
+            log.info("%s: lease lost while processing: %s", self.key, exc)
+            self._stop_for("lost")
+            ended = False
+        if ended:
+            return
+        reason = self.reason
+        if reason == "handoff":
+            self.state = "shutting-down"
+            try:
+                processor.shutdown_requested(checkpointer)
+            except LeaseLostError:
+                log.info("%s: lease lost during shutdown_requested", self.key)
+            self.state = "stopped"
+        else:
+            checkpointer.mark_lease_lost()
+            self.state = "lost"
+            processor.lease_lost()
+
+    def _loop(self, reader: ShardReader, processor: RecordProcessor, checkpointer: LeaseCheckpointer) -> bool:
+        """Read and process until stopped (False) or the shard ended (True)."""
+        coordinator = self.pool.coordinator
+        poll = self.pool.poll_interval
+        while self.reason is None:
+            if not coordinator.holds(self.key):
+                self._wake.wait(poll)  # renewals late: pause until renewed, lost or stopped
+                continue
+            try:
+                batch = reader.read_batch()
+            except (KinesisRetriesExhaustedError, BotoCoreError) as exc:
+                self.pool.count("read_errors")
+                log.warning("%s: read failed, retrying: %s", self.key, exc)
+                self._wake.wait(max(poll, self.pool.config.idle_backoff))
+                continue
+            if batch.stopped or self.reason is not None:
+                break  # records read but not delivered are read again by the next owner
+            self.millis_behind_latest = batch.millis_behind_latest
+            if batch.records:
+                checkpointer.record_delivered(batch.records)
+                processor.process_records(
+                    batch.records, checkpointer, millis_behind_latest=batch.millis_behind_latest
+                )
+                self.records_processed += len(batch.records)
+                self.batches += 1
+                self.pool.count_records(self.spec, len(batch.records))
+            if batch.shard_ended:
+                checkpointer.mark_shard_end()
+                processor.shard_ended(checkpointer)
+                if checkpointer.shard_end_checkpointed:
+                    self.state = "ended"
+                    self.pool.count("shard_ends")
+                    self.pool.shard_ended(self.spec)
+                else:
+                    log.error(
+                        "%s: shard_ended() did not checkpoint; the shard will be delivered again "
+                        "and its children cannot start. Call checkpointer.checkpoint() in shard_ended.",
+                        self.key,
+                    )
+                    self.state = "failed"
+                self._release()
+                return True
+            reader.wait(batch.suggested_wait)
+        return False
+
+    def _release(self) -> None:
+        """Give the lease back, unless it is no longer ours (lost, or taken again meanwhile)."""
+        if self.reason == "lost" or not self.pool.is_current(self):
+            return
+        try:
+            self.pool.coordinator.release(self.key)
+        except KinesisHashRingError as exc:
+            log.warning("%s: release failed (the lease expires instead): %s", self.key, exc)
+
+
+class ConsumerPool:
+    """The worker's lease listener: one :class:`ShardConsumer` per held lease (thread-safe)."""
+
+    def __init__(
+        self,
+        config: WorkerConfig,
+        kinesis_client: Any,
+        processor_factory: ProcessorFactory | None,
+        on_shard_end: Callable[[StreamConfig], None] | None = None,
+    ):
+        self.config = config
+        self.kinesis_client = kinesis_client
+        self.processor_factory = processor_factory
+        self.on_shard_end = on_shard_end
+        self.coordinator: LeaseHolder = _NoCoordinator()
+        self.poll_interval = config.effective_tick_interval / 2
+        self._consumers: dict[str, ShardConsumer] = {}
+        self._lock = threading.Lock()
+        self.counters: Counter[str] = Counter(
+            {"processor_errors": 0, "read_errors": 0, "shard_ends": 0, "consumers_started": 0}
+        )
+        self.records: Counter[tuple[str, str]] = Counter()
+
+    # --- LeaseListener ------------------------------------------------------------------
+
+    def on_lease_acquired(self, lease: Lease) -> None:
+        spec = self.config.stream_of(lease.key)
+        if spec is None:
+            raise ConfigurationError(f"lease {lease.key!r} belongs to no configured stream")
+        factory = spec.processor_factory or self.processor_factory
+        if factory is None:  # Worker checks this at build time
+            raise ConfigurationError(f"no processor factory for stream {spec.stream!r}")
+        with self._lock:
+            previous = self._consumers.get(lease.key)
+            if previous is not None and previous.stopped.is_set():
+                previous = None
+            consumer = ShardConsumer(self, spec, lease, factory, previous)
+            self._consumers[lease.key] = consumer
+            self.counters["consumers_started"] += 1
+        consumer.start()
+
+    def on_lease_lost(self, lease: Lease) -> None:
+        with self._lock:
+            consumer = self._consumers.get(lease.key)
+        if consumer is not None:
+            consumer.lease_lost()
+
+    def on_handoff_requested(self, lease: Lease) -> threading.Event | None:
+        with self._lock:
+            consumer = self._consumers.get(lease.key)
+        if consumer is None or consumer.stopped.is_set():
+            return None
+        return consumer.request_handoff()
+
+    # --- used by consumers --------------------------------------------------------------
+
+    def is_current(self, consumer: ShardConsumer) -> bool:
+        with self._lock:
+            return self._consumers.get(consumer.key) is consumer
+
+    def finished(self, consumer: ShardConsumer) -> None:
+        with self._lock:
+            if self._consumers.get(consumer.key) is consumer:
+                del self._consumers[consumer.key]
+
+    def count(self, name: str, n: int = 1) -> None:
+        with self._lock:
+            self.counters[name] += n
+
+    def count_records(self, spec: StreamConfig, n: int) -> None:
+        with self._lock:
+            self.records[(spec.application, spec.stream)] += n
+
+    def shard_ended(self, spec: StreamConfig) -> None:
+        if self.on_shard_end is not None:
+            self.on_shard_end(spec)
+
+    # --- worker side --------------------------------------------------------------------
+
+    def consumers(self) -> list[ShardConsumer]:
+        with self._lock:
+            return sorted(self._consumers.values(), key=lambda c: c.key)
+
+    def halt_all(self, timeout: float) -> list[str]:
+        """Stop every consumer (processors hear lease_lost); return the keys still running."""
+        consumers = self.consumers()
+        for c in consumers:
+            c.halt()
+        deadline = time.monotonic() + timeout
+        return [c.key for c in consumers if not c.join(max(0.0, deadline - time.monotonic()))]
+
+    def statuses(self) -> list[ShardStatus]:
+        return [c.status() for c in self.consumers()]
+
+
+class _NoCoordinator:
+    """Placeholder until the worker wires its coordinator in."""
+
+    def holds(self, key: str) -> bool:
+        return False
+
+    def checkpoint(self, key: str, checkpoint: Checkpoint | str | object) -> Lease:
+        raise LeaseLostError("the worker has no lease coordinator yet")
+
+    def release(self, key: str) -> bool:
+        return False

@@ -1,0 +1,415 @@
+"""``Worker``: the Kinesis consumer process. Lease loop + shard discovery + one reader per shard.
+
+::
+
+    from kinesis import RecordProcessor, StreamConfig, Worker, WorkerConfig
+
+    class Printer(RecordProcessor):
+        def process_records(self, records, checkpointer, millis_behind_latest=None):
+            for r in records:
+                print(r.shard_id, r.sequence_number, r.data)
+            checkpointer.checkpoint()
+
+    config = WorkerConfig(
+        table_name="orders-app-leases",
+        streams=[StreamConfig("orders", application="orders-app", initial_position="TRIM_HORIZON")],
+        lease_duration=10.0,
+        health_port=8080,
+    )
+    Worker(config, Printer).run()       # blocks; SIGTERM hands every lease off, then returns
+
+What it does:
+
+* a :class:`~kinesis.coordinator.LeaseCoordinator` over the DynamoDB lease table runs the
+  balanced, fenced lease loop (one lease per ``<application>/<stream>/<shardId>``, see
+  :mod:`kinesis.worker_config`), with every stream of every application of this worker
+  planned together: the fleet keeps ``max - min <= 1`` leases per member;
+* :class:`~kinesis.shard_sync.ShardSync` is its resource provider: shard discovery, lease rows
+  with lineage, parents before children, new shards picked up while running;
+* :class:`~kinesis.shard_consumer.ConsumerPool` runs one reader thread per held shard and the
+  processor lifecycle, with graceful hand-offs that lose and duplicate nothing;
+* :meth:`run` turns SIGTERM/SIGINT into :meth:`stop` ``(graceful=True)``: leave the member
+  list, hand every lease to its next owner, within ``shutdown_grace``;
+* :meth:`status`, health endpoints (:mod:`kinesis.health`) and Prometheus metrics
+  (:mod:`kinesis.metrics`, optional).
+
+Clients: pass boto3 ``kinesis_client`` and ``dynamodb_client``, or a ``session`` (and
+optionally ``endpoint_url`` / ``region_name``) to build them. Membership: any
+:class:`hashring.Membership` (e.g. :class:`~hashring.KubernetesMembership`); by default a
+:class:`~kinesis.membership.DynamoDBMembership` in the lease table, with ``worker_id``.
+
+Errors: configuration mistakes raise :class:`~kinesis.errors.ConfigurationError` when the
+``WorkerConfig`` or the ``Worker`` is built (no AWS call is made then). :meth:`start` checks
+the AWS side before taking any lease: the lease table is created or validated
+(``LeaseTable*Error``) and every stream is listed once, so a missing stream raises
+:class:`~kinesis.errors.StreamNotFoundError` naming the stream, region and endpoint.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from hashring import Membership
+from kinesis.clock import MONOTONIC, Clock
+from kinesis.coordinator import LeaseCoordinator
+from kinesis.errors import ConfigurationError
+from kinesis.health import HealthServer
+from kinesis.leases import LeaseTable
+from kinesis.membership import DynamoDBMembership
+from kinesis.metrics import build_registry, render
+from kinesis.shard_consumer import ConsumerPool, ShardStatus
+from kinesis.shard_sync import ShardSync
+from kinesis.shards import ShardDiscovery
+from kinesis.signals import stop_on_signals
+from kinesis.worker_config import (
+    ProcessorFactory,
+    StreamConfig,
+    WorkerConfig,
+    default_worker_id,
+    lease_key,
+    parse_lease_key,
+)
+
+log = logging.getLogger(__name__)
+
+__all__ = [
+    "ProcessorFactory",
+    "StreamConfig",
+    "Worker",
+    "WorkerConfig",
+    "WorkerStatus",
+    "lease_key",
+    "parse_lease_key",
+]
+
+
+@dataclass(frozen=True)
+class WorkerStatus:
+    """A snapshot of a worker, for logs, the ``/status`` endpoint and metrics."""
+
+    worker_id: str
+    state: str
+    """new, running, stopping or stopped."""
+    live: bool
+    ready: bool
+    members: tuple[str, ...]
+    """The member list as this worker last saw it."""
+    held: tuple[str, ...]
+    pending_handoffs: Mapping[str, str | None]
+    shards: tuple[ShardStatus, ...]
+    lease_counters: Mapping[str, int]
+    """The coordinator's counters (:data:`kinesis.coordinator.COUNTER_NAMES`)."""
+    worker_counters: Mapping[str, int]
+    """processor_errors, read_errors, shard_ends, consumers_started."""
+    records_processed: Mapping[str, int]
+    """``"<application>/<stream>"`` -> records handed to processors by this worker."""
+    ticks: int
+    seconds_since_tick: float | None
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-friendly dict."""
+        out = asdict(self)
+        out["shards"] = [asdict(s) for s in self.shards]
+        return out
+
+
+class Worker:
+    """Consumes the configured streams as one member of a fleet. See the module docs."""
+
+    def __init__(
+        self,
+        config: WorkerConfig,
+        processor_factory: ProcessorFactory | None = None,
+        *,
+        kinesis_client: Any = None,
+        dynamodb_client: Any = None,
+        session: Any = None,
+        endpoint_url: str | None = None,
+        region_name: str | None = None,
+        membership: Membership | None = None,
+        metrics_registry: Any = None,
+        clock: Clock = MONOTONIC,
+    ):
+        if not isinstance(config, WorkerConfig):
+            raise ConfigurationError(f"config must be a WorkerConfig, got {type(config).__name__}")
+        if processor_factory is not None and not callable(processor_factory):
+            raise ConfigurationError(
+                f"processor_factory must be a callable returning a RecordProcessor (e.g. the class), "
+                f"got {processor_factory!r}"
+            )
+        missing = [s.stream for s in config.streams if s.processor_factory is None and processor_factory is None]
+        if missing:
+            raise ConfigurationError(
+                f"no processor factory for stream(s) {missing}: pass Worker(config, processor_factory) "
+                "or set StreamConfig.processor_factory"
+            )
+        self.config = config
+        self.kinesis_client = kinesis_client or _client(session, "kinesis", endpoint_url, region_name)
+        self.dynamodb_client = dynamodb_client or _client(session, "dynamodb", endpoint_url, region_name)
+        self.clock = clock
+        self.table = LeaseTable(
+            self.dynamodb_client, config.table_name, create_if_missing=config.create_table, clock=clock
+        )
+        if membership is None:
+            membership = DynamoDBMembership(
+                self.table,
+                config.worker_id or default_worker_id(),
+                member_timeout=config.effective_member_timeout,
+                clock=clock,
+            )
+        elif not isinstance(membership, Membership):
+            raise ConfigurationError(
+                f"membership must implement hashring.Membership, got {type(membership).__name__}"
+            )
+        elif config.worker_id is not None and config.worker_id != membership.self_id:
+            raise ConfigurationError(
+                f"worker_id {config.worker_id!r} differs from the membership's self_id "
+                f"{membership.self_id!r}: leave worker_id unset when passing a membership"
+            )
+        self.membership = membership
+        self.worker_id = membership.self_id
+        self.discoveries = {
+            s.key_prefix: ShardDiscovery(self.kinesis_client, s.stream, cache_ttl=config.shard_sync_interval)
+            for s in config.streams
+        }
+        self.shard_sync = ShardSync(self.table, [(s, self.discoveries[s.key_prefix]) for s in config.streams])
+        self.pool = ConsumerPool(
+            config, self.kinesis_client, processor_factory, on_shard_end=self._shard_ended
+        )
+        self.coordinator = LeaseCoordinator(
+            self.table,
+            membership,
+            self.shard_sync,
+            self.pool,
+            clock=clock,
+            **config.coordinator_kwargs(),
+        )
+        self.pool.coordinator = self.coordinator
+        self._own_membership_thread = (
+            isinstance(membership, DynamoDBMembership) and membership.table.table_name != config.table_name
+        )
+        self._metrics_registry_arg = metrics_registry
+        self._registry: Any = None
+        self._health: HealthServer | None = None
+        self._state = "new"
+        self._started_at: float | None = None
+        self._stop_requested = threading.Event()
+        self._stopped = threading.Event()
+        self._stop_result = False
+        self._lock = threading.Lock()
+
+    # --- lifecycle -----------------------------------------------------------------------
+
+    def start(self) -> Worker:
+        """Check the lease table and streams, then join the fleet (non-blocking)."""
+        with self._lock:
+            if self._state != "new":
+                raise ConfigurationError(f"a Worker starts once (it is {self._state}): build a new one")
+            self._state = "starting"
+        try:
+            self.table.ensure_table()
+            for discovery in self.discoveries.values():
+                discovery.list_shards(force=True)  # StreamNotFoundError names the stream
+            if self._own_membership_thread:
+                assert isinstance(self.membership, DynamoDBMembership)
+                self.membership.start()
+            self._registry = build_registry(self, self._metrics_registry_arg)
+            if self.config.health_port is not None:
+                self._health = HealthServer(self, self.config.health_host, self.config.health_port).start()
+            self._started_at = self.clock()
+            self.coordinator.start()
+        except BaseException:
+            with self._lock:
+                self._state = "new"
+            if self._health is not None:
+                self._health.stop()
+                self._health = None
+            raise
+        with self._lock:
+            self._state = "running"
+        log.info("worker %s started: %s", self.worker_id, [s.key_prefix for s in self.config.streams])
+        return self
+
+    def run(self, *, install_signal_handlers: bool = True) -> bool:
+        """Start (if needed), block until SIGTERM/SIGINT or :meth:`request_stop`, then stop gracefully.
+
+        Returns what :meth:`stop` returns: True if every lease was handed off in time.
+        """
+        if self._state == "new":
+            self.start()
+        if install_signal_handlers:
+            with stop_on_signals(self.request_stop):
+                self._wait_for_stop_request()
+        else:
+            self._wait_for_stop_request()
+        return self.stop(graceful=True)
+
+    def _wait_for_stop_request(self) -> None:
+        while not self._stop_requested.wait(0.5):
+            pass
+
+    def request_stop(self) -> None:
+        """Ask :meth:`run` to stop gracefully (safe from signal handlers and other threads)."""
+        self._stop_requested.set()
+
+    def stop(self, graceful: bool = True, timeout: float | None = None) -> bool:
+        """Stop; return True if no lease was left behind.
+
+        ``graceful=True``: leave the member list and hand every lease to its next owner, each
+        processor finishing with ``shutdown_requested`` (checkpoint), waiting at most
+        ``timeout`` seconds (default ``shutdown_grace``); processors still busy then hear
+        ``lease_lost`` and their leases expire. ``graceful=False``: stop renewing at once
+        (like a crash; the leases expire and are taken over from their checkpoints).
+        """
+        with self._lock:
+            state = self._state
+            if state in ("stopping", "stopped"):
+                wait = True
+            else:
+                wait = False
+                self._state = "stopping"
+        self._stop_requested.set()
+        if wait:
+            self._stopped.wait()
+            return self._stop_result
+        if state == "new":
+            with self._lock:
+                self._state = "stopped"
+            self._stopped.set()
+            return True
+        grace = self.config.shutdown_grace if timeout is None else timeout
+        started = time.monotonic()
+        clean = self.coordinator.stop(graceful=graceful, timeout=grace)
+        remaining = max(1.0, grace - (time.monotonic() - started))
+        left = self.pool.halt_all(remaining)
+        if left:
+            log.warning("worker %s: shard consumers still running at exit: %s", self.worker_id, left)
+        if self._own_membership_thread:
+            assert isinstance(self.membership, DynamoDBMembership)
+            self.membership.stop()
+        if self._health is not None:
+            self._health.stop()
+            self._health = None
+        self._stop_result = clean and not left
+        with self._lock:
+            self._state = "stopped"
+        self._stopped.set()
+        log.info("worker %s stopped (%s)", self.worker_id, "clean" if self._stop_result else "leases left to expire")
+        return self._stop_result
+
+    def __enter__(self) -> Worker:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop(graceful=True)
+
+    # --- health and status ---------------------------------------------------------------
+
+    @property
+    def state(self) -> str:
+        with self._lock:
+            return self._state
+
+    @property
+    def health_url(self) -> str | None:
+        """``http://host:port`` of the health server, if one runs."""
+        return self._health.url if self._health is not None else None
+
+    def _seconds_since_tick(self) -> float | None:
+        last = self.coordinator.status().last_tick_at
+        return None if last is None else max(0.0, self.clock() - last)
+
+    def is_live(self) -> bool:
+        """The liveness probe: the lease loop ticked within ``liveness_timeout``."""
+        if self.state not in ("running", "stopping"):
+            return False
+        since = self._seconds_since_tick()
+        if since is None:  # not ticked yet: live during the first liveness window
+            assert self._started_at is not None
+            since = self.clock() - self._started_at
+        return since <= self.config.effective_liveness_timeout
+
+    def is_ready(self) -> bool:
+        """The readiness probe: running, ticked once, and (DynamoDBMembership) listed as a member.
+
+        With other memberships readiness does not wait for the member list: on Kubernetes the
+        list holds Ready pods only, so waiting for it would deadlock.
+        """
+        if self.state != "running" or self.coordinator.status().ticks < 1:
+            return False
+        if isinstance(self.membership, DynamoDBMembership):
+            return self.worker_id in self.membership.members()
+        return True
+
+    def status(self) -> WorkerStatus:
+        """A consistent-enough snapshot (each part is read atomically)."""
+        cs = self.coordinator.status()
+        try:
+            members = tuple(self.membership.members()) if self.state in ("running", "stopping") else ()
+        except Exception:  # a membership outage must not break status/health
+            members = ()
+        with self.pool._lock:
+            worker_counters = dict(self.pool.counters)
+            records = {f"{a}/{s}": n for (a, s), n in self.pool.records.items()}
+        return WorkerStatus(
+            worker_id=self.worker_id,
+            state=self.state,
+            live=self.is_live(),
+            ready=self.is_ready(),
+            members=members,
+            held=cs.held,
+            pending_handoffs=dict(cs.pending_handoffs),
+            shards=tuple(self.pool.statuses()),
+            lease_counters=dict(cs.counters),
+            worker_counters=worker_counters,
+            records_processed=records,
+            ticks=cs.ticks,
+            seconds_since_tick=self._seconds_since_tick(),
+        )
+
+    def status_dict(self) -> dict[str, Any]:
+        """:meth:`status` as a JSON-friendly dict."""
+        return self.status().to_dict()
+
+    @property
+    def metrics_registry(self) -> Any:
+        """The prometheus_client registry with this worker's metrics (None without the extra)."""
+        return self._registry
+
+    def metrics_text(self) -> tuple[bytes, str] | None:
+        """Prometheus text exposition (None without prometheus_client)."""
+        if self._registry is None:
+            return None
+        return render(self._registry)
+
+    def _shard_ended(self, spec: StreamConfig) -> None:
+        self.shard_sync.invalidate(spec.stream)
+
+    def __repr__(self) -> str:
+        return f"Worker({self.worker_id!r}, table={self.config.table_name!r}, state={self.state})"
+
+
+def _client(session: Any, service: str, endpoint_url: str | None, region_name: str | None) -> Any:
+    import boto3
+    from botocore.config import Config
+    from botocore.exceptions import NoRegionError
+
+    if session is None:
+        session = boto3.session.Session()
+    kwargs: dict[str, Any] = {"config": Config(max_pool_connections=64)}
+    if endpoint_url is not None:
+        kwargs["endpoint_url"] = endpoint_url
+    if region_name is not None:
+        kwargs["region_name"] = region_name
+    try:
+        return session.client(service, **kwargs)
+    except NoRegionError as exc:
+        raise ConfigurationError(
+            f"no AWS region for the {service} client: pass region_name=..., a session with a "
+            "region, ready-made clients, or set AWS_DEFAULT_REGION"
+        ) from exc

@@ -1,0 +1,282 @@
+"""What a :class:`~kinesis.worker.Worker` consumes and how: ``StreamConfig`` and ``WorkerConfig``.
+
+Both validate everything when they are built, so a typo fails at start-up with a named
+:class:`~kinesis.errors.ConfigurationError` (a ``ValueError``), never at the first tick.
+
+Lease keys. One lease per (application, stream, shard), with the key::
+
+    <application>/<stream>/<shardId>        e.g. "orders-app/orders/shardId-000000000007"
+
+Application names may not contain ``/`` and may not start with ``__`` (reserved for the
+membership rows of the lease table); Kinesis stream names never contain ``/``. The key is
+also what the balanced planner hashes, so ``hashring explain --strategy balanced --consumer
+<application>/<stream>`` shows exactly the placement a fleet of workers computes.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import socket
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from kinesis.errors import ConfigurationError
+from kinesis.positions import InitialPosition
+from kinesis.processor import RecordProcessor
+
+ProcessorFactory = Callable[[], RecordProcessor]
+"""Builds one fresh :class:`RecordProcessor` per shard lease (called on every acquisition)."""
+
+_STREAM_NAME = re.compile(r"[a-zA-Z0-9_.-]{1,128}")
+_TABLE_NAME = re.compile(r"[a-zA-Z0-9_.-]{3,255}")
+_MEMBER_ID = re.compile(r"[^\s/]{1,256}")
+
+
+def lease_key(application: str, stream: str, shard_id: str) -> str:
+    """The lease key of one shard: ``"<application>/<stream>/<shardId>"``."""
+    return f"{application}/{stream}/{shard_id}"
+
+
+def parse_lease_key(key: str) -> tuple[str, str, str]:
+    """``(application, stream, shard_id)`` from a key made by :func:`lease_key`."""
+    parts = key.split("/")
+    if len(parts) != 3 or not all(parts):
+        raise ConfigurationError(
+            f"lease key {key!r} is not of the form '<application>/<stream>/<shardId>'"
+        )
+    return parts[0], parts[1], parts[2]
+
+
+def _check_application(name: object) -> str:
+    if not isinstance(name, str) or not name or len(name) > 256:
+        raise ConfigurationError(f"application must be a non-empty string (<= 256 chars), got {name!r}")
+    if "/" in name or name.startswith("__") or any(c.isspace() for c in name):
+        raise ConfigurationError(
+            f"application {name!r} may not contain '/' or whitespace nor start with '__' "
+            "(it is the first part of the lease key '<application>/<stream>/<shardId>')"
+        )
+    return name
+
+
+def _check_stream(name: object) -> str:
+    if not isinstance(name, str) or not _STREAM_NAME.fullmatch(name):
+        raise ConfigurationError(
+            f"stream must be a Kinesis stream name (1-128 of a-z A-Z 0-9 _ . -), got {name!r}"
+        )
+    return name
+
+
+def _initial_position(value: object) -> InitialPosition:
+    if isinstance(value, InitialPosition):
+        return value
+    if isinstance(value, str):
+        return InitialPosition.parse(value)
+    raise ConfigurationError(
+        f"initial_position must be an InitialPosition or 'LATEST', 'TRIM_HORIZON' or "
+        f"'AT_TIMESTAMP:<ISO 8601>', got {value!r}"
+    )
+
+
+@dataclass(frozen=True)
+class StreamConfig:
+    """One stream consumed by one application (consumer name).
+
+    ``initial_position`` is where shards without a checkpoint start (KCL's default: LATEST);
+    a string such as ``"TRIM_HORIZON"`` or ``"AT_TIMESTAMP:2024-05-01T12:00:00+00:00"`` is
+    parsed. ``processor_factory`` overrides the worker's default factory for this stream.
+    """
+
+    stream: str
+    application: str
+    initial_position: InitialPosition | str = InitialPosition.LATEST
+    processor_factory: ProcessorFactory | None = field(default=None, compare=False)
+
+    def __post_init__(self) -> None:
+        _check_stream(self.stream)
+        _check_application(self.application)
+        object.__setattr__(self, "initial_position", _initial_position(self.initial_position))
+        if self.processor_factory is not None and not callable(self.processor_factory):
+            raise ConfigurationError(
+                f"processor_factory of stream {self.stream!r} must be a callable returning a "
+                f"RecordProcessor, got {self.processor_factory!r}"
+            )
+
+    @property
+    def start(self) -> InitialPosition:
+        """The validated initial position."""
+        assert isinstance(self.initial_position, InitialPosition)
+        return self.initial_position
+
+    @property
+    def key_prefix(self) -> str:
+        """``"<application>/<stream>/"``: every lease key of this stream starts with it."""
+        return f"{self.application}/{self.stream}/"
+
+    def lease_key(self, shard_id: str) -> str:
+        """The lease key of ``shard_id`` in this stream."""
+        return lease_key(self.application, self.stream, shard_id)
+
+
+def default_worker_id() -> str:
+    """``<hostname>-<pid>``: unique per process (on Kubernetes the hostname is the pod name)."""
+    import os
+
+    return f"{socket.gethostname()}-{os.getpid()}"
+
+
+def _seconds(name: str, value: object, *, allow_none: bool = False) -> float | None:
+    if value is None and allow_none:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value) or value <= 0:
+        raise ConfigurationError(f"{name} must be a finite number of seconds > 0, got {value!r}")
+    return float(value)
+
+
+def _positive_int(name: str, value: object, *, lo: int = 1, hi: int | None = None) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < lo or (hi is not None and value > hi):
+        bound = f"in {lo}..{hi}" if hi is not None else f">= {lo}"
+        raise ConfigurationError(f"{name} must be an int {bound}, got {value!r}")
+    return value
+
+
+@dataclass(frozen=True)
+class WorkerConfig:
+    """Everything a :class:`~kinesis.worker.Worker` needs besides clients and processors.
+
+    Lease timing (see :class:`~kinesis.coordinator.LeaseCoordinator`): ``lease_duration``
+    (a lease not renewed for that long, on the observer's clock, is expired), ``tick_interval``
+    (default ``lease_duration / 3``), ``replicas`` backups per lease, ``backup_grace``,
+    ``orphan_timeout``, ``handoff_timeout``, ``max_concurrent_handoffs``.
+
+    ``member_timeout`` only applies to the :class:`~kinesis.membership.DynamoDBMembership`
+    the worker builds when none is given (default ``2 * lease_duration``: a crashed member's
+    first backup takes over at lease expiry, before membership drops it).
+
+    ``shutdown_grace``: how long a graceful stop (SIGTERM) waits for processors to finish and
+    hand their leases off; keep it below the pod's ``terminationGracePeriodSeconds``.
+
+    Reading: ``max_records`` per GetRecords (1..10000), ``idle_backoff`` between empty reads
+    when caught up (Kinesis allows 5 GetRecords per second per shard), ``shard_sync_interval``
+    (how long a ListShards listing is cached; new shards are found within it).
+
+    Health: ``health_port`` (None: no server; 0: any free port) on ``health_host``;
+    ``liveness_timeout`` (default ``max(3 ticks, lease_duration)``): the liveness probe fails
+    when the lease loop has not ticked for that long.
+    """
+
+    table_name: str
+    streams: Sequence[StreamConfig]
+    worker_id: str | None = None
+    lease_duration: float = 10.0
+    tick_interval: float | None = None
+    replicas: int = 1
+    max_concurrent_handoffs: int = 2
+    backup_grace: float | None = None
+    orphan_timeout: float | None = None
+    handoff_timeout: float | None = None
+    member_timeout: float | None = None
+    shutdown_grace: float = 20.0
+    max_records: int = 10000
+    idle_backoff: float = 1.0
+    shard_sync_interval: float = 30.0
+    create_table: bool = True
+    health_port: int | None = None
+    health_host: str = "0.0.0.0"
+    liveness_timeout: float | None = None
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.table_name, str) or not _TABLE_NAME.fullmatch(self.table_name):
+            raise ConfigurationError(
+                f"table_name must be a DynamoDB table name (3-255 of a-z A-Z 0-9 _ . -), got "
+                f"{self.table_name!r}"
+            )
+        streams = self.streams
+        if isinstance(streams, StreamConfig):
+            streams = (streams,)
+        if not isinstance(streams, Iterable) or isinstance(streams, str | bytes):
+            raise ConfigurationError(f"streams must be a list of StreamConfig, got {streams!r}")
+        streams = tuple(streams)
+        if not streams:
+            raise ConfigurationError("streams is empty: give at least one StreamConfig(stream, application)")
+        for s in streams:
+            if not isinstance(s, StreamConfig):
+                raise ConfigurationError(f"streams must hold StreamConfig objects, got {s!r}")
+        pairs = [(s.application, s.stream) for s in streams]
+        dupes = sorted({p for p in pairs if pairs.count(p) > 1})
+        if dupes:
+            raise ConfigurationError(f"each (application, stream) may be listed once; repeated: {dupes}")
+        object.__setattr__(self, "streams", streams)
+        if self.worker_id is not None and (
+            not isinstance(self.worker_id, str)
+            or not _MEMBER_ID.fullmatch(self.worker_id)
+            or self.worker_id.startswith("__")
+        ):
+            raise ConfigurationError(
+                f"worker_id must be a non-empty string without whitespace or '/', not starting "
+                f"with '__' (e.g. the pod name), got {self.worker_id!r}"
+            )
+        lease = _seconds("lease_duration", self.lease_duration)
+        assert lease is not None
+        tick = _seconds("tick_interval", self.tick_interval, allow_none=True)
+        if tick is not None and tick * 2 > lease:
+            raise ConfigurationError(
+                f"tick_interval ({tick:g} s) must be at most half of lease_duration ({lease:g} s)"
+            )
+        for name in ("backup_grace", "orphan_timeout", "handoff_timeout", "member_timeout", "liveness_timeout"):
+            _seconds(name, getattr(self, name), allow_none=True)
+        _seconds("shutdown_grace", self.shutdown_grace)
+        _seconds("shard_sync_interval", self.shard_sync_interval)
+        if isinstance(self.idle_backoff, bool) or not isinstance(self.idle_backoff, int | float) or not (
+            math.isfinite(self.idle_backoff) and self.idle_backoff >= 0
+        ):
+            raise ConfigurationError(f"idle_backoff must be a number of seconds >= 0, got {self.idle_backoff!r}")
+        _positive_int("replicas", self.replicas, lo=0)
+        _positive_int("max_concurrent_handoffs", self.max_concurrent_handoffs)
+        _positive_int("max_records", self.max_records, hi=10000)
+        if self.health_port is not None:
+            _positive_int("health_port", self.health_port, lo=0, hi=65535)
+        if not isinstance(self.health_host, str) or not self.health_host:
+            raise ConfigurationError(f"health_host must be a host name or address, got {self.health_host!r}")
+        if self.member_timeout is not None and self.member_timeout < 2 * self.effective_tick_interval:
+            raise ConfigurationError(
+                f"member_timeout ({self.member_timeout:g} s) must be >= 2 ticks "
+                f"({2 * self.effective_tick_interval:g} s): members heartbeat once per tick"
+            )
+
+    @property
+    def effective_tick_interval(self) -> float:
+        """``tick_interval``, or ``lease_duration / 3`` when unset."""
+        return float(self.tick_interval) if self.tick_interval is not None else self.lease_duration / 3
+
+    @property
+    def effective_member_timeout(self) -> float:
+        """``member_timeout``, or ``2 * lease_duration`` when unset."""
+        return float(self.member_timeout) if self.member_timeout is not None else 2 * self.lease_duration
+
+    @property
+    def effective_liveness_timeout(self) -> float:
+        """``liveness_timeout``, or ``max(3 ticks, lease_duration)`` when unset."""
+        if self.liveness_timeout is not None:
+            return float(self.liveness_timeout)
+        return max(3 * self.effective_tick_interval, self.lease_duration)
+
+    def stream_of(self, key: str) -> StreamConfig | None:
+        """The stream config a lease key belongs to (None for a foreign key)."""
+        for s in self.streams:
+            if key.startswith(s.key_prefix) and "/" not in key[len(s.key_prefix) :]:
+                return s
+        return None
+
+    def coordinator_kwargs(self) -> dict[str, Any]:
+        """The :class:`~kinesis.coordinator.LeaseCoordinator` keyword arguments."""
+        return {
+            "lease_duration": self.lease_duration,
+            "tick_interval": self.tick_interval,
+            "replicas": self.replicas,
+            "max_concurrent_handoffs": self.max_concurrent_handoffs,
+            "backup_grace": self.backup_grace,
+            "orphan_timeout": self.orphan_timeout,
+            "handoff_timeout": self.handoff_timeout,
+        }

@@ -1,0 +1,467 @@
+"""Worker wiring: configuration, shard sync (lineage rows), the shard consumer lifecycle with a
+fake lease holder, health endpoints and signals. Kinesis and DynamoDB are the moto server over
+HTTP; only the lease coordinator is faked, in the consumer unit tests."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import threading
+import urllib.error
+import urllib.request
+from datetime import UTC, datetime
+from typing import Any
+
+import pytest
+from botocore.config import Config
+
+from hashring import StaticMembership
+from hashring.sim.explain import explain
+from kinesis import (
+    ConfigurationError,
+    LeaseLostError,
+    StreamConfig,
+    StreamNotFoundError,
+    Worker,
+    WorkerConfig,
+    lease_key,
+)
+from kinesis.health import HealthServer
+from kinesis.lease_model import LATEST, SHARD_END, TRIM_HORIZON, Checkpoint, Lease
+from kinesis.leases import LeaseTable
+from kinesis.shard_consumer import ConsumerPool
+from kinesis.shard_sync import ShardSync
+from kinesis.shards import ShardDiscovery
+from kinesis.signals import stop_on_signals
+from kinesis.testing import LocalAWS
+from kinesis.worker_config import parse_lease_key
+from tests.support.kinesis_faults import FaultInjector
+from tests.support.worker_journal import Journal, JournalProcessor, eventually, put_records
+
+NO_BOTO_RETRIES = Config(retries={"total_max_attempts": 1})
+
+
+def stream_config(**kw: Any) -> StreamConfig:
+    return StreamConfig(kw.pop("stream", "orders"), kw.pop("application", "app"), **kw)
+
+
+# --- configuration ----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"table_name": "x"}, "table_name"),
+        ({"streams": []}, "streams is empty"),
+        ({"streams": [stream_config(), stream_config()]}, "listed once"),
+        ({"streams": ["orders"]}, "StreamConfig"),
+        ({"lease_duration": 0}, "lease_duration"),
+        ({"lease_duration": float("nan")}, "lease_duration"),
+        ({"lease_duration": 3, "tick_interval": 2}, "at most half"),
+        ({"replicas": -1}, "replicas"),
+        ({"max_concurrent_handoffs": 0}, "max_concurrent_handoffs"),
+        ({"max_records": 20000}, "max_records"),
+        ({"idle_backoff": -1}, "idle_backoff"),
+        ({"shutdown_grace": 0}, "shutdown_grace"),
+        ({"health_port": 70000}, "health_port"),
+        ({"worker_id": "has space"}, "worker_id"),
+        ({"worker_id": "__member"}, "worker_id"),
+        ({"lease_duration": 9, "member_timeout": 1}, "member_timeout"),
+    ],
+)
+def test_worker_config_errors_name_the_field(kwargs: dict[str, Any], message: str) -> None:
+    args: dict[str, Any] = {"table_name": "leases", "streams": [stream_config()]}
+    args.update(kwargs)
+    with pytest.raises(ConfigurationError, match=message):
+        WorkerConfig(**args)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"stream": "bad/name"}, "Kinesis stream name"),
+        ({"stream": ""}, "Kinesis stream name"),
+        ({"application": "a/b"}, "may not contain '/'"),
+        ({"application": "__x"}, "start with '__'"),
+        ({"application": ""}, "non-empty"),
+        ({"initial_position": "YESTERDAY"}, "cannot parse initial position"),
+        ({"initial_position": "AT_TIMESTAMP:not-a-date"}, "ISO 8601"),
+        ({"initial_position": 5}, "initial_position"),
+        ({"processor_factory": "not callable"}, "processor_factory"),
+    ],
+)
+def test_stream_config_errors_name_the_field(kwargs: dict[str, Any], message: str) -> None:
+    with pytest.raises(ConfigurationError, match=message):
+        stream_config(**kwargs)
+
+
+def test_initial_positions_are_parsed_at_build_time() -> None:
+    assert stream_config(initial_position="trim_horizon").start.kind == "TRIM_HORIZON"
+    at = stream_config(initial_position="AT_TIMESTAMP:2024-05-01T12:00:00").start
+    assert at.kind == "AT_TIMESTAMP" and at.timestamp == datetime(2024, 5, 1, 12, tzinfo=UTC)
+    assert stream_config().start.kind == "LATEST"  # KCL's default
+
+
+def test_lease_key_format_is_application_stream_shard_and_matches_hashring_explain() -> None:
+    key = lease_key("orders-app", "orders", "shardId-000000000007")
+    assert key == "orders-app/orders/shardId-000000000007"
+    assert parse_lease_key(key) == ("orders-app", "orders", "shardId-000000000007")
+    with pytest.raises(ConfigurationError, match="<application>/<stream>/<shardId>"):
+        parse_lease_key("orders/shardId-1")
+    # `hashring explain --strategy balanced --consumer orders-app/orders` plans these very keys
+    shown = explain(["a", "b"], "orders-app/orders", ["shardId-000000000007"], strategy="balanced")
+    assert shown.keys[0].hashed_key == key
+    cfg = WorkerConfig("leases", [stream_config(application="orders-app")])
+    assert cfg.stream_of(key) is cfg.streams[0]
+    assert cfg.stream_of("other-app/orders/shardId-1") is None
+    assert cfg.stream_of("orders-app/orders/x/y") is None
+
+
+def test_worker_build_checks_factories_and_membership_without_calling_aws() -> None:
+    dead = "http://127.0.0.1:9"  # nothing listens: any AWS call would fail
+    cfg = WorkerConfig("leases", [stream_config()], worker_id="w1")
+    clients = {"endpoint_url": dead, "region_name": "us-east-1"}
+    w = Worker(cfg, lambda: JournalProcessor(Journal(), "w1"), **clients)
+    assert w.worker_id == "w1" and w.state == "new"
+    with pytest.raises(ConfigurationError, match="no processor factory"):
+        Worker(cfg, **clients)
+    with pytest.raises(ConfigurationError, match="processor_factory must be a callable"):
+        Worker(cfg, processor_factory=42, **clients)  # type: ignore[arg-type]
+    with pytest.raises(ConfigurationError, match="differs from the membership"):
+        Worker(cfg, JournalProcessor, membership=StaticMembership(["w2"], "w2"), **clients)
+    with pytest.raises(ConfigurationError, match="WorkerConfig"):
+        Worker({"table_name": "leases"}, JournalProcessor)  # type: ignore[arg-type]
+    assert w.stop() is True  # never started: nothing to hand off
+
+
+def test_start_names_a_missing_stream_and_takes_no_lease(aws: LocalAWS) -> None:
+    journal = Journal()
+    cfg = WorkerConfig("leases", [stream_config(stream="missing")], worker_id="w1")
+    w = Worker(cfg, lambda: JournalProcessor(journal, "w1"),
+               kinesis_client=aws.client("kinesis"), dynamodb_client=aws.client("dynamodb"))
+    with pytest.raises(StreamNotFoundError, match="'missing'"):
+        w.start()
+    assert w.state == "new"
+    assert LeaseTable(aws.client("dynamodb"), "leases").scan().leases == {}
+
+
+# --- shard sync: lease rows with lineage ------------------------------------------------
+
+
+def _split_and_merge(kinesis: Any, stream: str) -> None:
+    """shard 0 -> children 2, 3; then merge 3 with shard 1 -> child 4."""
+    shards = kinesis.list_shards(StreamName=stream)["Shards"]
+    lo, hi = (int(x) for x in (shards[0]["HashKeyRange"]["StartingHashKey"], shards[0]["HashKeyRange"]["EndingHashKey"]))
+    kinesis.split_shard(StreamName=stream, ShardToSplit="shardId-000000000000", NewStartingHashKey=str((lo + hi) // 2))
+    kinesis.merge_shards(StreamName=stream, ShardToMerge="shardId-000000000003",
+                         AdjacentShardToMerge="shardId-000000000001")
+
+
+def _sync(table: LeaseTable, kinesis: Any, spec: StreamConfig) -> ShardSync:
+    return ShardSync(table, [(spec, ShardDiscovery(kinesis, spec.stream, cache_ttl=0))])
+
+
+def test_shard_sync_records_lineage_and_plans_parents_before_children(kinesis_resharding: LocalAWS) -> None:
+    kinesis = kinesis_resharding.client("kinesis")
+    kinesis.create_stream(StreamName="orders", ShardCount=2)
+    _split_and_merge(kinesis, "orders")
+    table = LeaseTable.open(kinesis_resharding.client("dynamodb"), "leases")
+    spec = stream_config(initial_position="TRIM_HORIZON")
+    sync = _sync(table, kinesis, spec)
+    assert sync(table.scan()) == []  # rows created now are planned from the next tick
+    rows = table.scan().leases
+    assert sorted(rows) == [spec.lease_key(f"shardId-00000000000{i}") for i in range(5)]
+    assert rows[spec.lease_key("shardId-000000000002")].parents == (spec.lease_key("shardId-000000000000"),)
+    assert set(rows[spec.lease_key("shardId-000000000004")].parents) == {
+        spec.lease_key("shardId-000000000003"), spec.lease_key("shardId-000000000001")}
+    assert all(lease.checkpoint == TRIM_HORIZON for lease in rows.values())
+    key = spec.lease_key
+    assert sync(table.scan()) == [key("shardId-000000000000"), key("shardId-000000000001")]
+    # parent 0 finished: its children 2 and 3 become ready; 4 still waits for 3 (and 1)
+    held = table.take(rows[key("shardId-000000000000")], "w1")
+    assert held is not None
+    table.mark_shard_end(held)
+    assert sync(table.scan()) == [key("shardId-000000000001"), key("shardId-000000000002"), key("shardId-000000000003")]
+    for sid in ("shardId-000000000001", "shardId-000000000003"):
+        lease = table.take(table.get(key(sid)), "w1")  # type: ignore[arg-type]
+        assert lease is not None
+        table.mark_shard_end(lease)
+    assert sync(table.scan()) == [key("shardId-000000000002"), key("shardId-000000000004")]
+
+
+def test_shard_sync_latest_skips_closed_history_but_reads_new_children_from_the_start(
+    kinesis_resharding: LocalAWS,
+) -> None:
+    kinesis = kinesis_resharding.client("kinesis")
+    kinesis.create_stream(StreamName="orders", ShardCount=2)
+    kinesis.split_shard(StreamName="orders", ShardToSplit="shardId-000000000000", NewStartingHashKey=str(2**126))
+    table = LeaseTable.open(kinesis_resharding.client("dynamodb"), "leases")
+    spec = stream_config(initial_position="LATEST")
+    sync = _sync(table, kinesis, spec)
+    sync(table.scan())
+    rows = table.scan().leases
+    assert rows[spec.lease_key("shardId-000000000000")].checkpoint == SHARD_END  # closed: skipped
+    assert rows[spec.lease_key("shardId-000000000002")].checkpoint == LATEST
+    assert spec.lease_key("shardId-000000000002") in sync(table.scan())  # parent done -> ready
+    # a split while the application runs: the children must not skip a record -> TRIM_HORIZON
+    kinesis.split_shard(StreamName="orders", ShardToSplit="shardId-000000000001", NewStartingHashKey=str(2**127 + 2**125))
+    sync(table.scan())
+    rows = table.scan().leases
+    assert rows[spec.lease_key("shardId-000000000004")].checkpoint == TRIM_HORIZON
+    assert rows[spec.lease_key("shardId-000000000004")].parents == (spec.lease_key("shardId-000000000001"),)
+
+
+def test_shard_sync_keeps_the_last_listing_when_list_shards_fails(aws: LocalAWS) -> None:
+    kinesis = aws.client("kinesis", config=NO_BOTO_RETRIES)
+    kinesis.create_stream(StreamName="orders", ShardCount=2)
+    table = LeaseTable.open(aws.client("dynamodb"), "leases")
+    spec = stream_config(initial_position="TRIM_HORIZON")
+    sync = ShardSync(table, [(spec, ShardDiscovery(kinesis, "orders", cache_ttl=0, max_attempts=1))])
+    sync(table.scan())
+    before = sync(table.scan())
+    assert len(before) == 2
+    faults = FaultInjector(kinesis)
+    faults.fail("ListShards", "InternalFailure", status=500, times=3)
+    assert sync(table.scan()) == before  # not [] : the fleet must not drop its leases
+    assert sync.listing_errors == 1 and faults.injected["ListShards"] == 1
+
+
+# --- the shard consumer, with a fake lease holder ---------------------------------------
+
+
+class FakeHolder:
+    """Stands in for the LeaseCoordinator: records checkpoints and releases."""
+
+    def __init__(self) -> None:
+        self.held = True
+        self.lost = False
+        self.checkpoints: list[Checkpoint] = []
+        self.released: list[str] = []
+        self.lock = threading.Lock()
+
+    def holds(self, key: str) -> bool:
+        return self.held
+
+    def checkpoint(self, key: str, checkpoint: Any) -> Lease:
+        with self.lock:
+            if self.lost:
+                raise LeaseLostError(f"lost {key}")
+            cp = Checkpoint.of(checkpoint)
+            self.checkpoints.append(cp)
+            return Lease(key, "w1", len(self.checkpoints), cp)
+
+    def release(self, key: str) -> bool:
+        self.released.append(key)
+        return True
+
+
+class Probe(JournalProcessor):
+    """A journal processor that can fail, and notes whether the hand-off looked complete."""
+
+    fail_on: bytes | None = None
+    completion_set_during_shutdown: bool | None = None
+    completion: threading.Event | None = None
+    late_checkpoint_error: Exception | None = None
+
+    def process_records(self, records: Any, checkpointer: Any, millis_behind_latest: int | None = None) -> None:
+        if any(r.data == Probe.fail_on for r in records):
+            raise RuntimeError("poison record")
+        super().process_records(records, checkpointer, millis_behind_latest)
+        self._checkpointer = checkpointer
+
+    def shutdown_requested(self, checkpointer: Any) -> None:
+        Probe.completion_set_during_shutdown = Probe.completion is not None and Probe.completion.is_set()
+        super().shutdown_requested(checkpointer)
+
+    def lease_lost(self) -> None:
+        try:
+            self._checkpointer.checkpoint()
+        except Exception as exc:
+            Probe.late_checkpoint_error = exc
+        super().lease_lost()
+
+
+@pytest.fixture
+def one_shard(aws: LocalAWS) -> Any:
+    kinesis = aws.client("kinesis")
+    kinesis.create_stream(StreamName="orders", ShardCount=1)
+    Probe.fail_on = None
+    Probe.completion = None
+    Probe.completion_set_during_shutdown = None
+    Probe.late_checkpoint_error = None
+    return kinesis
+
+
+def _pool(kinesis: Any, journal: Journal, holder: FakeHolder, **cfg: Any) -> tuple[ConsumerPool, list[StreamConfig]]:
+    ended: list[StreamConfig] = []
+    config = WorkerConfig("leases", [stream_config()], lease_duration=1.5, idle_backoff=0.05, **cfg)
+    pool = ConsumerPool(config, kinesis, lambda: Probe(journal, "w1"), on_shard_end=ended.append)
+    pool.coordinator = holder
+    return pool, ended
+
+
+KEY = "app/orders/shardId-000000000000"
+
+
+def test_handoff_finishes_the_batch_checkpoints_then_completes(one_shard: Any) -> None:
+    journal, holder = Journal(), FakeHolder()
+    pool, _ = _pool(one_shard, journal, holder)
+    written = put_records(one_shard, "orders", 30)
+    pool.on_lease_acquired(Lease(KEY, "w1", 1, TRIM_HORIZON))
+    assert journal.wait_for(lambda es: sum(e.kind == "record" for e in es) == 30, 20)
+    completion = pool.on_handoff_requested(Lease(KEY, "w1", 2, TRIM_HORIZON))
+    assert completion is not None
+    Probe.completion = completion
+    assert completion.wait(10)
+    kinds = [e.kind for e in journal.snapshot()]
+    assert kinds[0] == "init" and kinds[-1] == "shutdown" and kinds.count("record") == 30
+    assert Probe.completion_set_during_shutdown is False  # completed only after shutdown_requested
+    assert holder.checkpoints[-1] == Checkpoint(written[-1][1])  # the next owner starts after it
+    assert holder.released == []  # the coordinator passes the lease on, not the consumer
+    assert pool.on_handoff_requested(Lease(KEY, "w1", 3, TRIM_HORIZON)) is None  # already stopped
+
+
+def test_lost_lease_stops_the_processor_and_refuses_checkpoints(one_shard: Any) -> None:
+    journal, holder = Journal(), FakeHolder()
+    pool, _ = _pool(one_shard, journal, holder)
+    put_records(one_shard, "orders", 5)
+    pool.on_lease_acquired(Lease(KEY, "w1", 1, TRIM_HORIZON))
+    assert journal.wait_for(lambda es: sum(e.kind == "record" for e in es) == 5, 20)
+    pool.on_lease_lost(Lease(KEY, "w1", 1, TRIM_HORIZON))
+    assert journal.wait_for(lambda es: es[-1].kind == "lost", 10)
+    assert isinstance(Probe.late_checkpoint_error, LeaseLostError)
+    assert holder.released == []  # never touch a lease that is someone else's now
+
+
+def test_a_processor_exception_releases_the_lease_without_skipping_records(one_shard: Any) -> None:
+    journal, holder = Journal(), FakeHolder()
+    pool, _ = _pool(one_shard, journal, holder, max_records=5)
+    put_records(one_shard, "orders", 10)
+    Probe.fail_on = b"r7"
+    pool.on_lease_acquired(Lease(KEY, "w1", 1, TRIM_HORIZON))
+    assert eventually(lambda: holder.released == [KEY], 20)
+    assert pool.counters["processor_errors"] == 1
+    # the failing batch (r5..r9) was not checkpointed: the next owner reads it again
+    assert [e.data for e in journal.records()] == [f"r{i}".encode() for i in range(5)]
+    assert len(holder.checkpoints) == 1
+
+
+def test_latest_is_pinned_to_a_timestamp_on_first_acquisition(one_shard: Any) -> None:
+    journal, holder = Journal(), FakeHolder()
+    pool, _ = _pool(one_shard, journal, holder)
+    put_records(one_shard, "orders", 3, prefix="old")
+    pool.on_lease_acquired(Lease(KEY, "w1", 1, LATEST))
+    assert eventually(lambda: len(holder.checkpoints) == 1, 10)
+    pinned = holder.checkpoints[0]
+    assert pinned.sequence_number == "AT_TIMESTAMP" and pinned.timestamp is not None
+    put_records(one_shard, "orders", 4, prefix="new")
+    assert journal.wait_for(lambda es: sum(e.kind == "record" for e in es) == 4, 20)
+    assert [e.data for e in journal.records()] == [f"new{i}".encode() for i in range(4)]
+
+
+def test_no_reads_while_the_lease_is_not_valid(one_shard: Any) -> None:
+    journal, holder = Journal(), FakeHolder()
+    holder.held = False
+    pool, _ = _pool(one_shard, journal, holder)
+    put_records(one_shard, "orders", 3)
+    pool.on_lease_acquired(Lease(KEY, "w1", 1, TRIM_HORIZON))
+    assert not journal.wait_for(lambda es: any(e.kind == "record" for e in es), 1.0)
+    holder.held = True
+    assert journal.wait_for(lambda es: sum(e.kind == "record" for e in es) == 3, 20)
+
+
+def test_shard_end_checkpoints_shard_end_releases_and_wakes_discovery(
+    kinesis_resharding: LocalAWS,
+) -> None:
+    kinesis = kinesis_resharding.client("kinesis")
+    kinesis.create_stream(StreamName="orders", ShardCount=1)
+    put_records(kinesis, "orders", 6)
+    kinesis.split_shard(StreamName="orders", ShardToSplit="shardId-000000000000", NewStartingHashKey=str(2**127))
+    journal, holder = Journal(), FakeHolder()
+    pool, ended = _pool(kinesis, journal, holder)
+    pool.on_lease_acquired(Lease(KEY, "w1", 1, TRIM_HORIZON))
+    assert eventually(lambda: holder.released == [KEY], 20)
+    assert [e.kind for e in journal.snapshot()][-1] == "ended"
+    assert holder.checkpoints[-1] == SHARD_END
+    assert len(journal.records()) == 6 and [s.stream for s in ended] == ["orders"]
+    assert pool.counters["shard_ends"] == 1
+
+
+def test_an_acquired_shard_end_lease_is_released_at_once(one_shard: Any) -> None:
+    journal, holder = Journal(), FakeHolder()
+    pool, _ = _pool(one_shard, journal, holder)
+    pool.on_lease_acquired(Lease(KEY, "w1", 1, SHARD_END))
+    assert eventually(lambda: holder.released == [KEY], 10)
+    assert journal.snapshot() == []  # no processor was even built
+
+
+# --- health endpoints and signals -------------------------------------------------------
+
+
+class FakeHealth:
+    def __init__(self) -> None:
+        self.live = True
+        self.ready = False
+
+    def is_live(self) -> bool:
+        return self.live
+
+    def is_ready(self) -> bool:
+        if self.ready is None:
+            raise RuntimeError("membership down")
+        return self.ready
+
+    def status_dict(self) -> dict[str, Any]:
+        return {"worker_id": "w1"}
+
+    def metrics_text(self) -> tuple[bytes, str] | None:
+        return None
+
+
+def _get(url: str) -> tuple[int, bytes]:
+    try:
+        with urllib.request.urlopen(url, timeout=5) as r:
+            return r.status, r.read()
+    except urllib.error.HTTPError as e:
+        return e.code, e.read()
+
+
+def test_health_endpoints_answer_probes() -> None:
+    source = FakeHealth()
+    server = HealthServer(source, "127.0.0.1", 0).start()
+    try:
+        assert _get(server.url + "/livez")[0] == 200
+        assert _get(server.url + "/healthz")[0] == 200
+        assert _get(server.url + "/readyz")[0] == 503
+        source.ready = True
+        assert _get(server.url + "/readyz") == (200, b"ok\n")
+        source.ready = None  # type: ignore[assignment]  # a probe that raises fails, the server lives
+        assert _get(server.url + "/readyz")[0] == 503
+        source.live = False
+        assert _get(server.url + "/livez")[0] == 503
+        assert json.loads(_get(server.url + "/status")[1]) == {"worker_id": "w1"}
+        assert _get(server.url + "/metrics")[0] == 404
+        assert _get(server.url + "/nope")[0] == 404
+    finally:
+        server.stop()
+
+
+def test_sigterm_becomes_a_stop_request_and_handlers_are_restored() -> None:
+    requested = threading.Event()
+    before = signal.getsignal(signal.SIGTERM)
+    with stop_on_signals(requested.set) as installed:
+        assert installed
+        os.kill(os.getpid(), signal.SIGTERM)
+        assert requested.wait(5)
+    assert signal.getsignal(signal.SIGTERM) == before
+    outside: list[bool] = []
+
+    def in_thread() -> None:
+        with stop_on_signals(requested.set) as ok:
+            outside.append(ok)
+
+    t = threading.Thread(target=in_thread)
+    t.start()
+    t.join()
+    assert outside == [False]  # only the main thread can install handlers
