@@ -146,6 +146,8 @@ class KubernetesMembership:
         self._watcher: PodWatcher | None = None
         self._scale_failing = False
         self._closed = False
+        self._next_refresh = -math.inf  # when the TTL entry expires (mirrors self._fresh)
+        self._fast_until = -math.inf  # reads before this need no lock and no TTL check
 
     # -- the Membership protocol -------------------------------------------------------
 
@@ -158,13 +160,19 @@ class KubernetesMembership:
     def version(self) -> int:
         """Grows by one exactly when the sorted member list changes.
 
-        Cheap: a lock and a clock read; at most once per ``ttl`` it refreshes.
+        Cheap: one clock read; at most once per ``ttl`` a read refreshes (single-flight).
         """
-        return self._current().version
+        view = self._view
+        if view is not None and self._clock() < self._fast_until:
+            return view.version
+        return self._current_slow().version
 
     def members(self) -> tuple[str, ...]:
         """The Ready, non-terminating member pods, sorted by name."""
-        return self._current().members
+        view = self._view
+        if view is not None and self._clock() < self._fast_until:
+            return view.members
+        return self._current_slow().members
 
     # -- introspection and lifecycle ---------------------------------------------------
 
@@ -186,6 +194,7 @@ class KubernetesMembership:
     def close(self) -> None:
         """Stop the watch (if any) and release the API client this instance created."""
         self._closed = True
+        self._fast_until = -math.inf
         watcher, self._watcher = self._watcher, None
         if watcher is not None:
             watcher.stop()
@@ -204,13 +213,19 @@ class KubernetesMembership:
 
     # -- internals -----------------------------------------------------------------------
 
-    def _current(self) -> PodView:
+    # Hot path (version/members on every can_acquire_lease): one clock read while no refresh
+    # is due and the data is young enough; otherwise the slow path below, gated by the TTL cache.
+
+    def _current_slow(self) -> PodView:
         if self._closed:
             raise MembershipUnavailableError("KubernetesMembership is closed")
         self._maybe_refresh()
         self._health.check()
         view = self._view
         assert view is not None  # a good read happened, so the view exists
+        last_ok = self._health.last_ok
+        if last_ok is not None and not self._closed:
+            self._fast_until = min(self._next_refresh, last_ok + self.max_staleness)
         return view
 
     def _maybe_refresh(self) -> None:
@@ -237,6 +252,7 @@ class KubernetesMembership:
                 log.exception("unexpected failure reading Kubernetes membership")
             finally:
                 with self._fresh_lock:  # success or not: the next attempt waits one ttl
+                    self._next_refresh = self._clock() + self.ttl
                     self._fresh[_FRESH] = True
             if listed:  # after the TTL mark, so age < ttl implies the mark is no older
                 self._health.ok()
