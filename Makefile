@@ -31,6 +31,11 @@ lint: venv
 bench: venv
 	$(PY) benchmarks/run_all.py
 
+.PHONY: spark-demo
+## The Spark pipeline demo: Kinesis source -> per-minute aggregates -> Parquet, checked.
+spark-demo: venv
+	$(PY) examples/spark_pipeline.py
+
 simulate: venv
 	$(VENV)/bin/hashring simulate
 
