@@ -463,7 +463,7 @@ def test_request_bound_under_load(fake_k8s: FakeKubernetes, clock: FakeClock,
     threads = [threading.Thread(target=worker, args=(i,)) for i in range(len(calls))]
     for t in threads:
         t.start()
-    windows = 40
+    windows = 20
     try:
         _drive(fake_k8s, clock, m, calls, windows)
     finally:
