@@ -168,7 +168,9 @@ def test_kubeconfig_is_used_when_given(tmp_path: Path) -> None:
         current-context: x
         """))
     m = KubernetesMembership(pod_name="p", namespace="ns", kubeconfig=str(kubeconfig))
-    assert m.api.core.api_client.configuration.host == "http://127.0.0.1:1"
+    configuration = m.api.core.api_client.configuration
+    assert configuration.host == "http://127.0.0.1:1"
+    assert configuration.retries is False, "only KubeAPI retries, not urllib3 as well"
     m.close()
 
 

@@ -71,6 +71,9 @@ def build_api_client(kubeconfig: str | None) -> Any:
     kubernetes = require_client()
     client, config = kubernetes.client, kubernetes.config
     cfg = client.Configuration()
+    # KubeAPI retries timeouts and 5xx itself (with backoff); urllib3's default 3 retries
+    # on top would multiply how long the one refreshing caller can block.
+    cfg.retries = False
     if kubeconfig is not None:
         try:
             config.load_kube_config(config_file=kubeconfig, client_configuration=cfg)
