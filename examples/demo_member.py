@@ -1,0 +1,170 @@
+"""One member of the demo fleet: a :class:`kinesis.Worker` in its own process.
+
+    python examples/demo_member.py --endpoint http://127.0.0.1:PORT --stream demo \\
+        --application demo-app --table demo-leases --member-id member-1 --out-dir /tmp/demo
+
+Its processor appends what it processes to ``<out-dir>/<member-id>.ledger`` (one line per
+record, written and flushed per batch *before* the checkpoint), and the worker's status is
+written to ``<out-dir>/<member-id>.status.json`` twice a second. SIGTERM stops it gracefully
+(every lease handed off); the exit code is 0 if nothing was left behind, 3 otherwise.
+
+Ledger lines (space separated; ``t`` is ``time.time_ns()``, all members run on one host)::
+
+    I <shard> <checkpoint or -> <t>                    initialize
+    R <shard> <sequence> <sub> <partition key> <n> <t> one processed record
+    S <shard> <t>                                      shutdown_requested (after its checkpoint)
+    E <shard> <t>                                      shard_ended (after SHARD_END)
+    L <shard> <t>                                      lease_lost
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import sys
+import threading
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from kinesis import (  # noqa: E402
+    Checkpointer,
+    InitializationInput,
+    Record,
+    RecordProcessor,
+    StreamConfig,
+    Worker,
+    WorkerConfig,
+)
+from kinesis.testing import client_for  # noqa: E402
+
+
+class Ledger:
+    """An append-only file shared by the member's shard threads; one write per batch."""
+
+    def __init__(self, path: Path):
+        self._fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        self._lock = threading.Lock()
+
+    def write(self, lines: list[str]) -> None:
+        data = "".join(line + "\n" for line in lines).encode()
+        with self._lock:
+            os.write(self._fd, data)  # unbuffered: on disk (page cache) before we checkpoint
+
+
+class LedgerProcessor(RecordProcessor):
+    """Records every record it processes, then checkpoints the batch."""
+
+    def __init__(self, ledger: Ledger):
+        self.ledger = ledger
+        self.shard = "?"
+
+    def initialize(self, init: InitializationInput) -> None:
+        self.shard = init.shard_id
+        cp = init.checkpoint
+        where = f"{cp.sequence_number}/{cp.sub_sequence_number}" if cp else "-"
+        self.ledger.write([f"I {self.shard} {where} {time.time_ns()}"])
+
+    def process_records(
+        self, records: list[Record], checkpointer: Checkpointer, millis_behind_latest: int | None = None
+    ) -> None:
+        lines = []
+        for r in records:
+            try:
+                payload = json.loads(r.data)
+                pk, n = str(payload["pk"]), int(payload["n"])
+            except (ValueError, KeyError, TypeError):
+                pk, n = r.partition_key, -1
+            lines.append(f"R {self.shard} {r.sequence_number} {r.sub_sequence_number} {pk} {n} {time.time_ns()}")
+        self.ledger.write(lines)
+        checkpointer.checkpoint()
+
+    def shutdown_requested(self, checkpointer: Checkpointer) -> None:
+        checkpointer.checkpoint()
+        self.ledger.write([f"S {self.shard} {time.time_ns()}"])
+
+    def shard_ended(self, checkpointer: Checkpointer) -> None:
+        checkpointer.checkpoint()
+        self.ledger.write([f"E {self.shard} {time.time_ns()}"])
+
+    def lease_lost(self) -> None:
+        self.ledger.write([f"L {self.shard} {time.time_ns()}"])
+
+
+def write_status(worker: Worker, path: Path, stop: threading.Event) -> None:
+    """Write the worker status as JSON (atomically) until ``stop``."""
+    tmp = path.with_suffix(".tmp")
+    while True:
+        data = worker.status_dict()
+        data["pid"] = os.getpid()
+        tmp.write_text(json.dumps(data))
+        tmp.replace(path)
+        if stop.wait(0.5):
+            return
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--endpoint", required=True, help="AWS endpoint URL (the demo's moto server)")
+    p.add_argument("--region", default="us-east-1")
+    p.add_argument("--stream", required=True)
+    p.add_argument("--application", required=True)
+    p.add_argument("--table", required=True)
+    p.add_argument("--member-id", required=True)
+    p.add_argument("--out-dir", required=True, type=Path)
+    p.add_argument("--lease-duration", type=float, default=3.0)
+    p.add_argument("--idle-backoff", type=float, default=0.25)
+    p.add_argument("--max-records", type=int, default=500)
+    p.add_argument("--initial-position", default="TRIM_HORIZON")
+    p.add_argument("--shutdown-grace", type=float, default=10.0)
+    return p.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    args.out_dir.mkdir(parents=True, exist_ok=True)
+    logging.basicConfig(
+        filename=args.out_dir / f"{args.member_id}.log",
+        level=logging.INFO,
+        format="%(asctime)s %(threadName)s %(name)s %(levelname)s %(message)s",
+    )
+    logging.getLogger("botocore").setLevel(logging.WARNING)
+    ledger = Ledger(args.out_dir / f"{args.member_id}.ledger")
+    config = WorkerConfig(
+        table_name=args.table,
+        streams=[StreamConfig(args.stream, args.application, args.initial_position)],
+        worker_id=args.member_id,
+        lease_duration=args.lease_duration,
+        idle_backoff=args.idle_backoff,
+        max_records=args.max_records,
+        shutdown_grace=args.shutdown_grace,
+        shard_sync_interval=max(2.0, args.lease_duration),
+    )
+    worker = Worker(
+        config,
+        lambda: LedgerProcessor(ledger),
+        kinesis_client=client_for("kinesis", args.endpoint, args.region),
+        dynamodb_client=client_for("dynamodb", args.endpoint, args.region),
+    )
+    stop = threading.Event()
+    status_path = args.out_dir / f"{args.member_id}.status.json"
+    worker.start()
+    reporter = threading.Thread(target=write_status, args=(worker, status_path, stop), daemon=True)
+    reporter.start()
+    clean = worker.run(install_signal_handlers=True)
+    stop.set()
+    reporter.join()
+    final = worker.status_dict()
+    final["pid"] = os.getpid()
+    final["exit_clean"] = clean
+    status_path.write_text(json.dumps(final))
+    return 0 if clean else 3
+
+
+if __name__ == "__main__":
+    sys.exit(main())
