@@ -200,11 +200,13 @@ def test_statefulset_watch_reads_scale_once_per_ttl(
 def test_close_stops_the_watch(fake_k8s: FakeKubernetes,
                                make: Callable[..., KubernetesMembership]) -> None:
     pods = fake_k8s.add_deployment("orders", replicas=1)
+    before = set(threading.enumerate())
     m = make(pods[0])
     m.members()
     eventually(lambda: fake_k8s.open_watches == 1, what="the watch to open")
-    watch_threads = [t for t in threading.enumerate() if t.name == "hashring-k8s-watch"]
-    assert watch_threads
+    watch_threads = [t for t in set(threading.enumerate()) - before
+                     if t.name == "hashring-k8s-watch"]
+    assert len(watch_threads) == 1
     m.close()
     eventually(lambda: fake_k8s.open_watches == 0, what="the watch to close")
     eventually(lambda: not any(t.is_alive() for t in watch_threads), what="the thread to end")
