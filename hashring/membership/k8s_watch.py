@@ -75,7 +75,11 @@ class PodWatcher:
         self._thread.start()
 
     def stop(self, timeout: float = 5.0) -> None:
-        """Stop the loop and close the open watch connection."""
+        """Stop the loop and close the open watch connection.
+
+        A watch request that was being opened at that very moment runs until the
+        server ends it (at most ``timeout_seconds``) on its daemon thread, then exits.
+        """
         self._stop.set()
         self._watch.stop()
         if self._thread.is_alive() and self._thread is not threading.current_thread():
