@@ -128,6 +128,7 @@ class _Handoff:
     requested_at: float
     target: Any  # member id, or _RELEASE
     warned: bool = False
+    counted: bool = True  # counts against max_concurrent_handoffs
 
 
 @dataclass
@@ -225,6 +226,7 @@ class LeaseCoordinator:
         weights: Mapping[str, float] | None = None,
         initial_checkpoint: Checkpoint | str = TRIM_HORIZON,
         drive_membership: bool = True,
+        warmup_ticks: int | None = None,
         clock: Clock = MONOTONIC,
     ):
         if not isinstance(table, LeaseTable):
@@ -311,6 +313,11 @@ class LeaseCoordinator:
                     f"member_timeout ({membership.member_timeout:g} s) must be >= 2 ticks "
                     f"({2 * self.tick_interval:g} s): the coordinator heartbeats once per tick"
                 )
+        if warmup_ticks is None:
+            warmup_ticks = 1 if self._drive is not None else 0
+        if isinstance(warmup_ticks, bool) or not isinstance(warmup_ticks, int) or warmup_ticks < 0:
+            raise ConfigurationError(f"warmup_ticks must be an int >= 0, got {warmup_ticks!r}")
+        self.warmup_ticks = warmup_ticks
         self._lock = threading.RLock()  # guards the dicts below
         self._tick_lock = threading.Lock()  # one tick at a time
         self._held: dict[str, _Held] = {}
@@ -406,7 +413,9 @@ class LeaseCoordinator:
                 h.gone = True
             self._held.clear()
         if left:
-            log.warning("%s stopped with leases left to expire: %s", self.member_id, left)
+            (log.warning if graceful else log.info)(
+                "%s stopped with leases left to expire: %s", self.member_id, left
+            )
         return graceful and not left
 
     def checkpoint(self, key: str, checkpoint: Checkpoint | str | object) -> Lease:
@@ -553,7 +562,7 @@ class LeaseCoordinator:
         plan = self._plan(members, keys, snapshot)
         self.last_plan = plan
         self._adopt(snapshot)
-        if ready and plan is not None:
+        if ready and plan is not None and self._ticks >= self.warmup_ticks:
             self._take(plan, keys, snapshot, now)
         self._handoffs(plan, keys, snapshot, now)
 
@@ -791,7 +800,7 @@ class LeaseCoordinator:
         }
         with self._lock:
             held = sorted(self._held.items())
-        in_flight = sum(1 for _, h in held if h.handoff is not None)
+        in_flight = sum(1 for _, h in held if h.handoff is not None and h.handoff.counted)
         probing = {h.handoff.target for _, h in held if h.handoff is not None}
         for key, h in held:
             if h.gone or key in self._fresh:
@@ -815,9 +824,12 @@ class LeaseCoordinator:
                         continue  # one probe at a time until it shows it is alive
                     in_flight += 1
                     probing.add(target)
+                    counted = True
+                else:
+                    counted = False
                 completion = self._request_handoff(h.lease)
                 with self._lock:
-                    h.handoff = _Handoff(completion, now, target)
+                    h.handoff = _Handoff(completion, now, target, counted=counted)
                 self._count("handoffs_requested")
             handoff = h.handoff
             assert handoff is not None
@@ -832,6 +844,8 @@ class LeaseCoordinator:
                     )
                 continue
             self._complete_handoff(key, h, target)
+            if handoff.counted:
+                in_flight -= 1  # the limit is on hand-offs in progress, not per tick
 
     def _request_handoff(self, lease: Lease) -> Completion:
         try:
