@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import threading
+from datetime import UTC, datetime
 from typing import Any
 
 import boto3
+import botocore.session
 from botocore.config import Config
+from botocore.utils import parse_timestamp
 
 from kinesis.errors import InvalidOptionError
 from spark_integration.options import KinesisOptions
@@ -20,6 +23,22 @@ _CONFIG = Config(retries={"max_attempts": 2, "mode": "standard"}, max_pool_conne
                  connect_timeout=5, read_timeout=30)
 
 
+def utc_timestamp(value: Any) -> datetime:
+    """botocore timestamp parser: epoch numbers straight to UTC datetimes.
+
+    Kinesis sends ``ApproximateArrivalTimestamp`` as epoch seconds; botocore's default parser
+    goes through dateutil's local time zone for each record, a large share of the client-side
+    cost of GetRecords. Anything that is not a number falls back to botocore's parser.
+    """
+    if isinstance(value, int | float):
+        return datetime.fromtimestamp(value, tz=UTC)
+    try:
+        return datetime.fromtimestamp(float(value), tz=UTC)
+    except (TypeError, ValueError):
+        parsed: datetime = parse_timestamp(value)
+        return parsed.astimezone(UTC)
+
+
 def client(service: str, options: KinesisOptions) -> Any:
     """A cached boto3 client for ``service`` in this process (one per region and endpoint).
 
@@ -30,7 +49,10 @@ def client(service: str, options: KinesisOptions) -> Any:
     with _LOCK:
         found = _CLIENTS.get(key)
         if found is None:
-            session = boto3.session.Session(region_name=options.region)
+            core = botocore.session.get_session()
+            core.get_component("response_parser_factory").set_parser_defaults(
+                timestamp_parser=utc_timestamp)
+            session = boto3.session.Session(botocore_session=core, region_name=options.region)
             if session.region_name is None:
                 raise InvalidOptionError(
                     "option 'region': not set, and the boto3 chain has no default region "

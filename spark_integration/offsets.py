@@ -11,8 +11,10 @@ One entry per shard the query is reading::
 micro-batch reads the records strictly after its start entry up to and including its end entry.
 ``done`` marks a closed shard read to SHARD_END; it stays one batch so its children can start,
 then leaves the offsets. In an *end* offset, ``resume`` names where the batch starts for a shard
-that is not in the start offset (a new child) or that this application just took over (group
-mode: the DynamoDB checkpoint); it is part of the logged offset, so a replay starts there too.
+that starts from an initial position, is not in the start offset (a new child) or that this
+application just took over (group mode: the DynamoDB checkpoint). It is part of the logged end
+offset, so a replay starts there too, whatever Spark passes as the start (Spark does not log
+the initial offset: it calls ``initialOffset()`` again to replay the first batch).
 """
 
 from __future__ import annotations

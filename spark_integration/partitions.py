@@ -16,7 +16,7 @@ from pyspark.sql.datasource import InputPartition
 
 from kinesis.errors import OffsetRangeUnavailableError
 from kinesis.positions import Position
-from kinesis.reader import ShardReader
+from kinesis.reader import MAX_GET_RECORDS_LIMIT, ShardReader
 from kinesis.records import Record
 from spark_integration.clients import client
 from spark_integration.offsets import ShardPosition, to_start
@@ -41,6 +41,8 @@ class ShardRange:
     begin: ShardPosition
     end: Position | None = None
     until_ms: int | None = None
+    limit: int = MAX_GET_RECORDS_LIMIT
+    """GetRecords' ``Limit``: the per-shard cap, so a range is not fetched far past its end."""
 
 
 class ShardRangePartition(InputPartition):
@@ -81,7 +83,8 @@ def read_partition(partition: ShardRangePartition, options: KinesisOptions) -> I
 def read_shard_range(kinesis: Any, shard_range: ShardRange) -> Iterator[Record]:
     """The records of one range; a streaming range must end exactly at its ``end``."""
     r = shard_range
-    reader = ShardReader(kinesis, r.stream, r.shard_id, to_start(r.begin), idle_backoff=0.0)
+    reader = ShardReader(kinesis, r.stream, r.shard_id, to_start(r.begin),
+                         max_records=max(1, min(r.limit, MAX_GET_RECORDS_LIMIT)), idle_backoff=0.0)
     if r.end is None:
         until = (datetime.fromtimestamp(r.until_ms / 1000, tz=UTC)
                  if r.until_ms is not None else None)

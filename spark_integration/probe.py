@@ -5,17 +5,24 @@ Kinesis has no "latest offset" call, so the driver reads the records the next ba
 executors read the same range again, so every record is fetched twice (driver and executor);
 the driver keeps one :class:`~kinesis.reader.ShardReader` per shard between batches, so the
 next probe continues where the last one stopped (no extra GetShardIterator, and records read
-past a cap are held back in memory for the next batch instead of being fetched again).
+past a cap are held back in memory for the next batch instead of being fetched again). A shard
+with a backlog is read ahead in the background while Spark runs the batch.
 """
 
 from __future__ import annotations
 
+import contextlib
+import threading
+from collections import deque
+from collections.abc import Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
 from kinesis.positions import Position
 from kinesis.reader import MAX_GET_RECORDS_LIMIT, ShardReader
+from kinesis.records import Record
 from spark_integration.offsets import ShardPosition, to_start
 
 
@@ -38,13 +45,39 @@ class ProbeStats:
 
 
 @dataclass
+class _Slot:
+    """One shard's reader on the driver, where it stands, and records read ahead."""
+
+    reader: ShardReader
+    position: ShardPosition
+    buffer: deque[Record] = field(default_factory=deque)
+    prefetch: Future[None] | None = None
+
+    def settle(self) -> None:
+        """Wait for a read-ahead in flight (the reader is not thread-safe)."""
+        if self.prefetch is not None:
+            # A failed read-ahead only loses time: the reader's state is unchanged, and the
+            # probe reads (and reports errors) again itself.
+            with contextlib.suppress(Exception):
+                self.prefetch.result()
+            self.prefetch = None
+
+
+@dataclass
 class Prober:
-    """Per-shard readers kept across batches on the driver."""
+    """Per-shard readers kept across batches on the driver.
+
+    With ``read_ahead`` (a thread pool), after a probe that stopped at its budget the next
+    GetRecords of that shard is issued in the background, while Spark runs the batch; the
+    next probe starts from those records. The same records are fetched, only earlier.
+    """
 
     kinesis: Any
     batch_limit: int = MAX_GET_RECORDS_LIMIT
-    _readers: dict[str, tuple[ShardReader, ShardPosition]] = field(default_factory=dict)
+    read_ahead: ThreadPoolExecutor | None = None
+    _slots: dict[str, _Slot] = field(default_factory=dict)
     stats: ProbeStats = field(default_factory=ProbeStats)
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     def probe(
         self,
@@ -61,42 +94,67 @@ class Prober:
         """
         if budget is not None and budget <= 0:
             return ProbeResult(begin, 0, False)
-        reader = self._reader(key, stream, shard_id, begin, budget)
+        slot = self._slot(key, stream, shard_id, begin, budget)
+        reader = slot.reader
         calls, iterators = reader.stats.get_records_calls, reader.stats.iterators_acquired
         until = datetime.fromtimestamp(until_ms / 1000, tz=UTC) if until_ms is not None else None
         last: ShardPosition = begin
         count = 0
         beyond_target = False
-        for record in reader.iter_records(max_records=budget, stop_when_caught_up=True):
+
+        def records() -> Iterator[Record]:
+            while slot.buffer and (budget is None or count < budget):
+                yield slot.buffer.popleft()
+            if budget is None or count < budget:
+                remaining = None if budget is None else budget - count
+                yield from reader.iter_records(max_records=remaining, stop_when_caught_up=True)
+
+        for record in records():
             arrived = record.approximate_arrival_timestamp
             if until is not None and arrived is not None and arrived > until:
                 beyond_target = True
                 break
             last = record.position
             count += 1
-        self.stats.get_records_calls += reader.stats.get_records_calls - calls
-        self.stats.iterators_acquired += reader.stats.iterators_acquired - iterators
-        self.stats.records_seen += count
-        if beyond_target:
-            # The reader went past the end we return: it cannot continue from ``last``.
-            self._readers.pop(key, None)
-            return ProbeResult(last, count, False)
-        self._readers[key] = (reader, last)
-        return ProbeResult(last, count, reader.shard_ended)
+        ended = reader.shard_ended and not slot.buffer
+        with self._lock:
+            self.stats.get_records_calls += reader.stats.get_records_calls - calls
+            self.stats.iterators_acquired += reader.stats.iterators_acquired - iterators
+            self.stats.records_seen += count
+            if beyond_target:
+                # The reader went past the end we return: it cannot continue from ``last``.
+                self._slots.pop(key, None)
+                return ProbeResult(last, count, False)
+            slot.position = last
+            self._slots[key] = slot
+        if self.read_ahead is not None and budget is not None and count >= budget and not ended:
+            slot.prefetch = self.read_ahead.submit(_read_ahead, slot)
+        return ProbeResult(last, count, ended)
 
-    def _reader(self, key: str, stream: str, shard_id: str, begin: ShardPosition,
-                budget: int | None) -> ShardReader:
-        cached = self._readers.get(key)
-        if cached is not None and cached[1] == begin:
-            return cached[0]
+    def _slot(self, key: str, stream: str, shard_id: str, begin: ShardPosition,
+              budget: int | None) -> _Slot:
+        with self._lock:
+            cached = self._slots.get(key)
+        if cached is not None:
+            cached.settle()
+            if cached.position == begin:
+                return cached
         limit = self.batch_limit if budget is None else max(1, min(self.batch_limit, budget))
-        return ShardReader(self.kinesis, stream, shard_id, to_start(begin),
-                           max_records=limit, idle_backoff=0.0)
+        reader = ShardReader(self.kinesis, stream, shard_id, to_start(begin),
+                             max_records=limit, idle_backoff=0.0)
+        return _Slot(reader, begin)
 
     def forget(self, keep: set[str]) -> None:
         """Drop the readers of shards that left the offsets."""
-        for key in [k for k in self._readers if k not in keep]:
-            del self._readers[key]
+        with self._lock:
+            for key in [k for k in self._slots if k not in keep]:
+                del self._slots[key]
+
+
+def _read_ahead(slot: _Slot) -> None:
+    """One GetRecords for the next probe (runs on the pool while Spark runs the batch)."""
+    batch = slot.reader.read_batch()
+    slot.buffer.extend(batch.records)
 
 
 def is_position(pos: ShardPosition) -> bool:

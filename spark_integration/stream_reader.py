@@ -9,14 +9,16 @@ Read limits (Spark 4.2+): ``latestOffset(start, limit)`` honours ``ReadMaxRows``
 ``maxRecordsPerTrigger`` option, split evenly over the shards) together with the per-shard cap
 ``maxRecordsPerShard``; ``ReadAllAvailable`` (``Trigger.Once``) ignores both, as Spark asks.
 ``Trigger.AvailableNow`` reads up to the records that arrived before the query started.
-On Spark 4.0/4.1 ``latestOffset()`` is called without a start: the reader then uses the end it
-returned last (or the initial offset), and applies ``maxRecordsPerShard`` only.
+On Spark 4.0/4.1 ``latestOffset()`` is called without a start: the reader tracks the start itself
+and makes its end offsets self-contained (see ``_legacy_latest_offset``); only
+``maxRecordsPerShard`` applies there.
 """
 
 from __future__ import annotations
 
 import logging
 import time
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
@@ -52,6 +54,8 @@ log = logging.getLogger(__name__)
 #: ``getDefaultReadLimit`` returns ReadMaxRows(this) when ``maxRecordsPerTrigger`` is unset, so
 #: that a ReadAllAvailable from Spark (Trigger.Once) is told apart from the default.
 UNBOUNDED_ROWS = 2**53
+#: Shards the driver probes at the same time.
+PROBE_THREADS = 8
 
 
 def now_ms() -> int:
@@ -80,7 +84,8 @@ class KinesisStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     # -- offsets -------------------------------------------------------------------------
     def initialOffset(self) -> dict[str, Any]:
         offset = self.state.initial_offset()
-        self.state.last_seen = offset
+        if self.state.last_seen is None:
+            self.state.last_seen = offset
         return offset.to_json()
 
     def getDefaultReadLimit(self) -> Any:
@@ -90,11 +95,31 @@ class KinesisStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def latestOffset(self, start: dict[str, Any] | None = None, limit: Any = None) -> dict[str, Any]:
         state = self.state
-        if start is None:  # Spark 4.0/4.1: no start, no limit
-            begin = state.last_seen or state.initial_offset()
-        else:
-            begin = SourceOffset.from_json(start)
+        if start is None:
+            return self._legacy_latest_offset(state)
+        begin = SourceOffset.from_json(start)
         end = state.next_offset(begin.without_resume(), limit)
+        if end.dumps() == begin.without_resume().dumps():
+            # Nothing new: hand Spark its start back unchanged (it may carry a ``resume``
+            # from the batch that ended there), so it sees no new data and plans no batch.
+            return start
+        return end.to_json()
+
+    def _legacy_latest_offset(self, state: _DriverState) -> dict[str, Any]:
+        """Spark 4.0/4.1: ``latestOffset()`` gets no start, so the reader tracks it itself.
+
+        End offsets are then self-contained (every entry that advanced names its start in
+        ``resume``), so a batch never depends on the start Spark passes. After a restart the
+        reader does not know where the query stands: it answers the empty offset once, Spark
+        plans an empty batch ``partitions(start, {})``, and that start is the one it needed.
+        """
+        state.self_contained = True
+        if state.last_seen is None:
+            return {}
+        begin = state.last_seen
+        end = state.next_offset(begin.without_resume(), None)
+        if end.dumps() == begin.without_resume().dumps():
+            return begin.to_json()
         state.last_seen = end
         return end.to_json()
 
@@ -105,19 +130,20 @@ class KinesisStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> list[InputPartition]:
         begin = SourceOffset.from_json(start)
         stop = SourceOffset.from_json(end)
-        if self._state is not None:
-            self._state.last_seen = stop
-        return plan_partitions(begin, stop, self.options.shards_per_partition)
+        if self._state is not None and self._state.self_contained:
+            # Spark < 4.2: this is the batch that runs now; the next one starts at its end
+            # (or, for the empty offset answered after a restart, at its start).
+            self._state.last_seen = stop if stop.shards or not begin.shards else begin
+        return plan_partitions(begin, stop, self.options.shards_per_partition,
+                               self.options.max_records_per_shard)
 
     def read(self, partition: InputPartition) -> Any:
         assert isinstance(partition, ShardRangePartition)
         return read_partition(partition, self.options)
 
     def commit(self, end: dict[str, Any]) -> None:
-        offset = SourceOffset.from_json(end)
-        state = self.state
-        state.last_seen = offset
-        state.committed(offset)
+        # Spark commits batch N after it planned batch N + 1: never move ``last_seen`` here.
+        self.state.committed(SourceOffset.from_json(end))
 
     def stop(self) -> None:
         if self._state is not None:
@@ -125,8 +151,8 @@ class KinesisStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             self._state = None
 
 
-def plan_partitions(begin: SourceOffset, end: SourceOffset,
-                    per_partition: int) -> list[InputPartition]:
+def plan_partitions(begin: SourceOffset, end: SourceOffset, per_partition: int,
+                    limit: int) -> list[InputPartition]:
     """One range per shard that has records between ``begin`` and ``end``, grouped."""
     ranges = []
     for key in sorted(end.shards):
@@ -135,7 +161,8 @@ def plan_partitions(begin: SourceOffset, end: SourceOffset,
         if start_pos is None or not after(start_pos, stop):
             continue
         stream, shard_id = split_key(key)
-        ranges.append(ShardRange(stream, shard_id, start_pos, stop))  # type: ignore[arg-type]
+        ranges.append(ShardRange(stream, shard_id, start_pos, stop,  # type: ignore[arg-type]
+                                 limit=limit))
     return list(group_ranges(ranges, per_partition))
 
 
@@ -149,8 +176,14 @@ class _DriverState:
             s: ShardDiscovery(self.kinesis, s, cache_ttl=options.describe_shard_interval_s)
             for s in options.streams
         }
-        self.prober = Prober(self.kinesis, batch_limit=min(10_000, options.max_records_per_shard))
+        self.read_ahead = ThreadPoolExecutor(max_workers=PROBE_THREADS,
+                                             thread_name_prefix="kinesis-read-ahead")
+        self.prober = Prober(self.kinesis, batch_limit=min(10_000, options.max_records_per_shard),
+                             read_ahead=self.read_ahead)
         self.last_seen: SourceOffset | None = None
+        self.initial: SourceOffset | None = None
+        self.pool: ThreadPoolExecutor | None = None
+        self.self_contained = False  # Spark < 4.2: every end entry names its start
         self.available_now_ms: int | None = None
         self.batches = 0
         self.group: Any = None
@@ -169,6 +202,11 @@ class _DriverState:
         return Initial("TRIM_HORIZON")
 
     def initial_offset(self) -> SourceOffset:
+        if self.initial is None:
+            self.initial = self._initial_offset()
+        return self.initial
+
+    def _initial_offset(self) -> SourceOffset:
         if self.group is not None:
             return SourceOffset({})
         listing = self.listing(force=True)
@@ -200,23 +238,33 @@ class _DriverState:
         per_shard, total = self._caps(limit)
         active = [k for k in order if not tracked.shards[k].done]
         budgets = _budgets(active, per_shard, total, self.batches)
+        jobs = {}
+        for key in order:
+            entry = tracked.shards[key]
+            if not entry.done:
+                stream, shard_id = split_key(key)
+                start_pos = resume.get(key, entry.position)
+                jobs[key] = (stream, shard_id, start_pos, budgets[key])
+        found = self._probe_all(jobs)
         shards: dict[str, ShardOffset] = {}
         for key in order:
             entry = tracked.shards[key]
             if entry.done:
                 shards[key] = entry
                 continue
-            start_pos = resume.get(key, entry.position)
-            stream, shard_id = split_key(key)
-            found = self.prober.probe(key, stream, shard_id, start_pos, budgets[key],
-                                      until_ms=self.available_now_ms)
-            needs_resume = key in resume or key not in begin.shards
+            stream, _, start_pos, _ = jobs[key]
+            result = found[key]
+            # A batch that starts from an initial position names it in its end offset: Spark
+            # logs only end offsets, and calls initialOffset() again (LATEST: a new "now")
+            # when it replays the first batch.
+            needs_resume = (self.self_contained or key in resume or key not in begin.shards
+                            or isinstance(start_pos, Initial))
             shards[key] = ShardOffset(
-                found.position,
-                done=found.shard_ended,
-                resume=start_pos if needs_resume and after(start_pos, found.position) else None,
+                result.position,
+                done=result.shard_ended,
+                resume=start_pos if needs_resume and after(start_pos, result.position) else None,
             )
-            if found.shard_ended:
+            if result.shard_ended:
                 self.discovery[stream].invalidate()  # its children should show up now
         self.prober.forget(set(shards))
         self.batches += 1
@@ -224,6 +272,20 @@ class _DriverState:
         if self.group is not None:
             self.group.planned(end)
         return end
+
+    def _probe_all(self, jobs: dict[str, tuple[str, str, Any, int | None]]) -> dict[str, Any]:
+        """Probe every shard, several at a time (the calls are mostly waiting on the network)."""
+        def one(key: str) -> Any:
+            stream, shard_id, start_pos, budget = jobs[key]
+            return self.prober.probe(key, stream, shard_id, start_pos, budget,
+                                     until_ms=self.available_now_ms)
+
+        if len(jobs) <= 1:
+            return {key: one(key) for key in jobs}
+        if self.pool is None:
+            self.pool = ThreadPoolExecutor(max_workers=PROBE_THREADS,
+                                           thread_name_prefix="kinesis-probe")
+        return dict(zip(jobs, self.pool.map(one, jobs), strict=True))
 
     def _caps(self, limit: Any) -> tuple[int | None, int | None]:
         """(per-shard cap, total cap) for this batch's read limit."""
@@ -239,6 +301,9 @@ class _DriverState:
             self.group.checkpoint(end)
 
     def close(self) -> None:
+        self.read_ahead.shutdown(wait=False, cancel_futures=True)
+        if self.pool is not None:
+            self.pool.shutdown(wait=False, cancel_futures=True)
         if self.group is not None:
             self.group.close()
 

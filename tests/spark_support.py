@@ -27,6 +27,7 @@ def make_session(master: str = "local[2]", app_name: str = "kinesis-hashring-tes
         SparkSession.builder.master(master)
         .appName(app_name)
         .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
         .config("spark.sql.shuffle.partitions", "2")
         .config("spark.default.parallelism", "2")
         .config("spark.driver.bindAddress", "127.0.0.1")

@@ -28,7 +28,7 @@ def session(aws: LocalAWS) -> Iterator[GroupSession]:
         "streamName": "orders", "endpointUrl": aws.endpoint_url, "region": "us-east-1",
         "initialPosition": "TRIM_HORIZON", "leaseTable": "spark-leases",
         "applicationName": "app", "membership": "static", "members": "m1", "memberId": "m1",
-        "leaseDuration": "1s",
+        "leaseDuration": "3s",  # renewals every second: tolerant of a loaded machine
     }, streaming=True)
     discovery = {"orders": ShardDiscovery(kinesis, "orders", cache_ttl=0)}
     group = GroupSession(options, kinesis, discovery)

@@ -1,0 +1,135 @@
+"""The stream reader's driver/executor contract, called directly (no Spark session needed)."""
+
+from __future__ import annotations
+
+import json
+import pickle
+import threading
+from typing import Any
+
+from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows
+
+from kinesis.testing import LocalAWS
+from spark_integration.options import parse_options
+from spark_integration.stream_reader import UNBOUNDED_ROWS, KinesisStreamReader
+from tests.spark_support import create_stream, put_json
+
+
+def _reader(aws: LocalAWS, **opts: str) -> KinesisStreamReader:
+    options = parse_options({"streamName": "orders", "endpointUrl": aws.endpoint_url,
+                             "region": "us-east-1", **opts}, streaming=True)
+    return KinesisStreamReader(options)
+
+
+def _rows(reader: KinesisStreamReader, start: dict[str, Any], end: dict[str, Any]) -> list[int]:
+    """What the executors read for (start, end]: via a pickled copy, as on Spark."""
+    executor = pickle.loads(pickle.dumps(reader))
+    ids = []
+    for partition in reader.partitions(start, end):
+        for batch in executor.read(pickle.loads(pickle.dumps(partition))):
+            ids.extend(json.loads(d)["id"] for d in batch.column("data").to_pylist())
+    return ids
+
+
+def test_latest_first_batch_replays_identically_after_a_new_initial_offset(aws: LocalAWS) -> None:
+    kinesis = aws.client("kinesis")
+    create_stream(kinesis, "orders", 2)
+    put_json(kinesis, "orders", [{"id": i} for i in range(10)])  # before the query: not read
+    driver = _reader(aws)
+    start = driver.initialOffset()
+    assert driver.initialOffset() == start  # stable while the driver lives
+    threading.Event().wait(0.01)
+    put_json(kinesis, "orders", [{"id": i} for i in range(10, 20)])
+    end = driver.latestOffset(start, ReadMaxRows(UNBOUNDED_ROWS))
+    assert all("resume" in entry for entry in end.values())
+    assert sorted(_rows(driver, start, end)) == list(range(10, 20))
+    # a crash before the first commit: a new driver's initialOffset() is a later "now"
+    threading.Event().wait(0.01)
+    put_json(kinesis, "orders", [{"id": i} for i in range(20, 25)])
+    restarted = _reader(aws)
+    later_start = restarted.initialOffset()
+    assert later_start != start
+    assert sorted(_rows(restarted, later_start, end)) == list(range(10, 20))  # same records
+
+
+def test_replaying_any_batch_reads_the_same_records(aws: LocalAWS) -> None:
+    kinesis = aws.client("kinesis")
+    create_stream(kinesis, "orders", 3)
+    put_json(kinesis, "orders", [{"id": i} for i in range(45)])
+    driver = _reader(aws, initialPosition="TRIM_HORIZON", maxRecordsPerShard="4")
+    offsets = [driver.initialOffset()]
+    limit = driver.getDefaultReadLimit()
+    while True:
+        end = driver.latestOffset(offsets[-1], limit)
+        if end == offsets[-1]:
+            break
+        offsets.append(end)
+        if len(offsets) == 4:
+            put_json(kinesis, "orders", [{"id": i} for i in range(45, 60)])
+    batches = [_rows(driver, a, b) for a, b in zip(offsets, offsets[1:], strict=False)]
+    assert sorted(i for b in batches for i in b) == list(range(60))
+    assert all(len(b) <= 3 * 4 for b in batches)
+    # a fresh process (nothing cached) replays batch 2 from the logged offsets alone
+    replayer = _reader(aws, initialPosition="TRIM_HORIZON", maxRecordsPerShard="4")
+    assert _rows(replayer, offsets[2], offsets[3]) == batches[2]
+
+
+def test_read_all_available_ignores_the_option_caps(aws: LocalAWS) -> None:
+    kinesis = aws.client("kinesis")
+    create_stream(kinesis, "orders", 2)
+    put_json(kinesis, "orders", [{"id": i} for i in range(30)])
+    driver = _reader(aws, initialPosition="TRIM_HORIZON", maxRecordsPerShard="2",
+                     maxRecordsPerTrigger="3")
+    start = driver.initialOffset()
+    capped = driver.latestOffset(start, driver.getDefaultReadLimit())
+    assert len(_rows(driver, start, capped)) == 3
+    everything = driver.latestOffset(start, ReadAllAvailable())
+    assert sorted(_rows(driver, start, everything)) == list(range(30))
+
+
+def test_available_now_stops_at_the_records_present_when_prepared(aws: LocalAWS) -> None:
+    kinesis = aws.client("kinesis")
+    create_stream(kinesis, "orders", 1)
+    put_json(kinesis, "orders", [{"id": i} for i in range(8)])
+    driver = _reader(aws, initialPosition="TRIM_HORIZON")
+    start = driver.initialOffset()
+    threading.Event().wait(0.01)
+    driver.prepareForTriggerAvailableNow()
+    threading.Event().wait(0.01)
+    put_json(kinesis, "orders", [{"id": i} for i in range(8, 12)])
+    end = driver.latestOffset(start, ReadAllAvailable())
+    assert sorted(_rows(driver, start, end)) == list(range(8))
+    assert driver.latestOffset(end, ReadAllAvailable()) == end  # nothing more: the run ends
+
+
+def test_spark_40_call_sequence_without_start_or_limit(aws: LocalAWS) -> None:
+    """Spark < 4.2 calls latestOffset() with no arguments; a restart must not re-read."""
+    kinesis = aws.client("kinesis")
+    create_stream(kinesis, "orders", 2)
+    put_json(kinesis, "orders", [{"id": i} for i in range(20)])
+    driver = _reader(aws, initialPosition="TRIM_HORIZON", maxRecordsPerShard="3")
+    start = driver.initialOffset()
+    seen: list[int] = []
+    for _ in range(3):  # a new query: initialOffset, then latestOffset/partitions per batch
+        end = driver.latestOffset()
+        batch = _rows(driver, start, end)
+        assert 0 < len(batch) <= 6  # maxRecordsPerShard applies without a read limit
+        seen += batch
+        driver.commit(start)  # Spark commits the previous batch after planning this one
+        start = end
+    assert len(seen) == len(set(seen)) < 20
+    # restart after the last batch was committed: a new driver knows nothing
+    restarted = _reader(aws, initialPosition="TRIM_HORIZON", maxRecordsPerShard="3")
+    sentinel = restarted.latestOffset()
+    assert sentinel == {}
+    assert restarted.partitions(start, sentinel) == []  # an empty batch teaches it the start
+    rest: list[int] = []
+    begin: dict[str, Any] = sentinel
+    while True:
+        end = restarted.latestOffset()
+        if end == begin:
+            break
+        rest += _rows(restarted, begin, end)  # Spark's start is the sentinel: ends name theirs
+        restarted.partitions(begin, end)
+        begin = end
+    assert sorted(seen + rest) == list(range(20))
