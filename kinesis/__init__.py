@@ -1,14 +1,34 @@
 """A pure-Python Kinesis consumer with a balanced, fenced DynamoDB lease loop."""
 
-from kinesis.coordinator import LeaseCoordinator
+from kinesis.clock import FakeClock
+from kinesis.coordinator import (
+    CoordinatorStatus,
+    LeaseCoordinator,
+    LeaseListener,
+    NullListener,
+)
 from kinesis.errors import (
     CheckpointError,
+    CheckpointRegressionError,
     ConfigurationError,
+    CorruptLeaseError,
+    DuplicateMemberIdError,
     KinesisHashRingError,
     LeaseLostError,
+    LeaseTableError,
+    LeaseTableNotFoundError,
+    LeaseTableSchemaError,
     StreamNotFoundError,
 )
-from kinesis.lease_model import Checkpoint, Lease
+from kinesis.lease_model import (
+    LATEST,
+    SHARD_END,
+    TRIM_HORIZON,
+    Checkpoint,
+    Lease,
+    LeaseState,
+    TableSnapshot,
+)
 from kinesis.leases import LeaseTable
 from kinesis.membership import DynamoDBMembership
 from kinesis.positions import InitialPosition, Position
@@ -19,18 +39,32 @@ from kinesis.shards import Shard, ShardDiscovery, ready_shards, shard_order
 from kinesis.worker import StreamConfig, Worker, WorkerConfig, WorkerStatus, lease_key
 
 __all__ = [
+    "LATEST",
+    "SHARD_END",
+    "TRIM_HORIZON",
     "Checkpoint",
     "CheckpointError",
+    "CheckpointRegressionError",
     "Checkpointer",
     "ConfigurationError",
+    "CoordinatorStatus",
+    "CorruptLeaseError",
+    "DuplicateMemberIdError",
     "DynamoDBMembership",
+    "FakeClock",
     "InitialPosition",
     "InitializationInput",
     "KinesisHashRingError",
     "Lease",
     "LeaseCoordinator",
+    "LeaseListener",
     "LeaseLostError",
+    "LeaseState",
     "LeaseTable",
+    "LeaseTableError",
+    "LeaseTableNotFoundError",
+    "LeaseTableSchemaError",
+    "NullListener",
     "Position",
     "ReadResult",
     "Record",
@@ -40,6 +74,7 @@ __all__ = [
     "ShardReader",
     "StreamConfig",
     "StreamNotFoundError",
+    "TableSnapshot",
     "Worker",
     "WorkerConfig",
     "WorkerStatus",

@@ -31,9 +31,16 @@ lease (or create a missing row) unchanged for ``orphan_timeout``: disagreeing vi
 stall a key for a bounded time only.
 
 A member whose leases all look expired is *suspected* and left out of the plan (so its
-keys are not planned back to it), until a lease row shows it writing again or
-``orphan_timeout`` has passed (then it gets another chance). This covers a crashed member
-that a static or slow membership still lists.
+keys are not planned back to it), until a lease row shows it writing again. After
+``orphan_timeout`` (doubling each time, up to 16x) it is on probation: planned again, but
+handed at most one lease per member at a time until it adopts one. Nobody hands a lease
+to a member that currently lets one of its leases expire. This covers a crashed member
+that a static or slow membership still lists: its leases are taken over after one lease
+duration straight into a balanced plan, and it costs only rare probes afterwards.
+
+Keys taken during a tick are judged for hand-off on the next tick (with a fresh plan).
+With a driven DynamoDBMembership the first tick only heartbeats (``warmup_ticks``), so
+members started together see each other before they take anything.
 
 Graceful hand-off: the coordinator calls ``listener.on_handoff_requested(lease)``, which
 returns a completion (a :class:`threading.Event`, a :class:`concurrent.futures.Future`,
@@ -53,7 +60,6 @@ a failing ``on_lease_acquired`` releases that lease.
 
 from __future__ import annotations
 
-import concurrent.futures
 import functools
 import logging
 import math
@@ -62,7 +68,7 @@ import time
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Protocol, runtime_checkable
+from typing import Any
 
 from hashring import Assignment, Membership, plan_assignment
 from hashring.errors import MembershipError
@@ -76,48 +82,31 @@ from kinesis.errors import (
     KinesisHashRingError,
     LeaseLostError,
 )
+from kinesis.lease_listener import (
+    COUNTER_NAMES,
+    Completion,
+    CoordinatorStatus,
+    LeaseListener,
+    NullListener,
+    ResourceProvider,
+)
+from kinesis.lease_listener import completion_done as _done
+from kinesis.lease_listener import wait_completion as _wait
 from kinesis.lease_model import TRIM_HORIZON, Checkpoint, Lease, TableSnapshot, check_lease_key
 from kinesis.leases import LeaseTable
 from kinesis.membership import DynamoDBMembership
 
 log = logging.getLogger(__name__)
 
-Completion = threading.Event | concurrent.futures.Future[Any] | None
-"""What ``on_handoff_requested`` returns: done when the listener has stopped processing."""
-
-ResourceProvider = Callable[[TableSnapshot], Iterable[str]]
-"""Called once per tick with the fresh table snapshot: the keys that may be planned now."""
-
-
-@runtime_checkable
-class LeaseListener(Protocol):
-    """What the coordinator tells its user (the worker). All calls come from the tick thread."""
-
-    def on_lease_acquired(self, lease: Lease) -> None:
-        """Start processing ``lease`` from ``lease.checkpoint`` (taken, created or adopted)."""
-        ...
-
-    def on_lease_lost(self, lease: Lease) -> None:
-        """Stop processing now: another member holds the lease (do not checkpoint)."""
-        ...
-
-    def on_handoff_requested(self, lease: Lease) -> Completion:
-        """Stop processing and checkpoint; complete the returned Event/Future when done."""
-        ...
-
-
-class NullListener:
-    """A listener for resources that need no start/stop work (hand-offs complete at once)."""
-
-    def on_lease_acquired(self, lease: Lease) -> None:
-        pass
-
-    def on_lease_lost(self, lease: Lease) -> None:
-        pass
-
-    def on_handoff_requested(self, lease: Lease) -> Completion:
-        return None
-
+__all__ = [
+    "COUNTER_NAMES",
+    "Completion",
+    "CoordinatorStatus",
+    "LeaseCoordinator",
+    "LeaseListener",
+    "NullListener",
+    "ResourceProvider",
+]
 
 _RELEASE = object()  # hand-off target meaning "no new owner: release the lease"
 
@@ -148,66 +137,39 @@ class _Seen:
     since: float
 
 
-@dataclass(frozen=True)
-class CoordinatorStatus:
-    """A snapshot of a coordinator's state, for health checks, logs and metrics."""
-
-    member_id: str
-    running: bool
-    stopping: bool
-    held: tuple[str, ...]
-    pending_handoffs: Mapping[str, str | None]
-    """Key -> planned new owner (None: the lease will be released)."""
-    suspects: tuple[str, ...]
-    ticks: int
-    last_tick_at: float | None
-    """The coordinator clock at the end of the last tick (None before the first)."""
-    counters: Mapping[str, int]
-
-
-COUNTER_NAMES = (
-    "ticks",
-    "created",
-    "acquired",
-    "adopted",
-    "takeovers",
-    "orphans_taken",
-    "take_conflicts",
-    "handoffs_requested",
-    "handoffs",
-    "handoffs_resumed",
-    "handoff_timeouts",
-    "releases",
-    "renewals",
-    "renew_failures",
-    "leases_lost",
-    "checkpoints",
-    "lease_loop_errors",
-    "listener_errors",
-    "membership_errors",
-)
-"""The counters in :attr:`CoordinatorStatus.counters` (all start at 0)."""
-
-
-def _done(completion: Completion) -> bool:
-    if completion is None:
-        return True
-    if isinstance(completion, threading.Event):
-        return completion.is_set()
-    return completion.done()
-
-
-def _wait(completion: Completion, timeout: float) -> None:
-    if completion is None:
-        return
-    if isinstance(completion, threading.Event):
-        completion.wait(timeout)
-    else:
-        concurrent.futures.wait([completion], timeout=timeout)
-
-
 class LeaseCoordinator:
-    """The lease loop of one member over one lease table. See the module docs."""
+    """The lease loop of one member over one lease table (see the module docs).
+
+    Args:
+        table: the lease table (call ``ensure_table()`` first, or build it with ``open``).
+        membership: the live member list (:class:`hashring.StaticMembership`,
+            ``KubernetesMembership``, :class:`~kinesis.membership.DynamoDBMembership`, ...);
+            its ``self_id`` is this member's id.
+        resources: ``callable(snapshot) -> keys`` called once per tick with the fresh table
+            snapshot (e.g. "shards whose parents are finished"), or a fixed collection of
+            keys. Keys must be non-empty strings not starting with ``__``.
+        listener: told to start / stop processing leases (default: :class:`NullListener`).
+        lease_duration: a lease whose counter has not changed for this long (on this
+            process's monotonic clock) is expired. Default 10 s (KCL's failover time).
+        tick_interval: time between ticks (default ``lease_duration / 3``; at most half).
+        max_concurrent_handoffs: graceful hand-offs in progress at once per member
+            (rebalancing only; ``stop()`` hands everything off at once).
+        replicas: backups named per key, in takeover order.
+        backup_grace: how much longer each further backup waits (default ``lease_duration``).
+        orphan_timeout: after this long without a change, any member may take a lease or
+            create a missing row (default ``lease_duration + (replicas + 1) * backup_grace``).
+        handoff_timeout: log (and count) a listener that takes longer than this to finish
+            a hand-off; the lease is still renewed meanwhile (default ``lease_duration``).
+        weights: optional member weights for proportional shares (missing members: 1.0).
+        initial_checkpoint: checkpoint of rows this coordinator creates (default
+            :data:`~kinesis.lease_model.TRIM_HORIZON`).
+        drive_membership: with a :class:`DynamoDBMembership` on the same table, heartbeat it
+            on every tick and feed it this tick's scan (no extra reads). Default True.
+        warmup_ticks: ticks to wait before taking free leases, so members started together
+            see each other first (default 1 with a driven DynamoDBMembership, else 0).
+        clock: the monotonic clock expiry is measured on (inject a FakeClock in tests;
+            :meth:`start` still schedules ticks in real time).
+    """
 
     def __init__(
         self,
@@ -334,6 +296,7 @@ class LeaseCoordinator:
         self._stopped = False
         self._stop_event = threading.Event()
         self._thread: threading.Thread | None = None
+        self._ticking: threading.Thread | None = None
         self.last_plan: Assignment | None = None
         """The plan computed on the last tick (None if none could be made)."""
 
@@ -357,6 +320,7 @@ class LeaseCoordinator:
         with self._tick_lock:
             if self._stopped:
                 return
+            self._ticking = threading.current_thread()
             try:
                 self._tick()
             except KinesisHashRingError as exc:
@@ -366,6 +330,7 @@ class LeaseCoordinator:
                 self._count("lease_loop_errors")
                 log.exception("%s: lease loop tick failed", self.member_id)
             finally:
+                self._ticking = None
                 self._ticks += 1
                 self._count("ticks")
                 self._last_tick_at = self.clock()
@@ -379,6 +344,11 @@ class LeaseCoordinator:
         ``lease_duration``) for the listener to finish. Leases whose listener does not finish
         in time are left to expire. ``graceful=False`` (a crash): simply stop renewing.
         """
+        if self._ticking is threading.current_thread():
+            raise RuntimeError(
+                "stop() was called from a listener callback (the tick thread): call it from "
+                "another thread, e.g. the one handling SIGTERM"
+            )
         self._stop_event.set()
         thread = self._thread
         if thread is not None and thread is not threading.current_thread():
@@ -554,6 +524,10 @@ class LeaseCoordinator:
             log.warning("%s: no member list (%s); only renewing this tick", self.member_id, exc)
             return
         keys = self._plannable(snapshot)
+        with self._lock:  # forget missing-row timers of keys no longer planned
+            planned = set(keys)
+            for key in [k for k, s in self._seen.items() if s.counter is None and k not in planned]:
+                del self._seen[key]
         self._update_suspects(snapshot, active, now)
         ready = self.member_id in listed and not self._stopping
         members = [m for m in listed if m not in self._suspects and (m != self.member_id or ready)]

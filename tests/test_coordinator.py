@@ -553,3 +553,23 @@ def test_weights_give_proportional_shares(table: LeaseTable) -> None:
     fleet = Fleet(table, keys, ["big", "small"], weights={"big": 2.0, "small": 1.0})
     fleet.round()
     assert fleet.counts() == {"big": 20, "small": 10}
+
+
+def test_stop_from_a_listener_callback_is_refused(table: LeaseTable) -> None:
+    errors: list[Exception] = []
+
+    class Stopper(NullListener):
+        coordinator: LeaseCoordinator
+
+        def on_lease_acquired(self, lease: Lease) -> None:
+            try:
+                self.coordinator.stop()
+            except RuntimeError as exc:
+                errors.append(exc)
+
+    listener = Stopper()
+    a = LeaseCoordinator(table, StaticMembership(["a"], "a"), ["k"], listener, lease_duration=3, clock=FakeClock())
+    listener.coordinator = a
+    a.tick()
+    assert len(errors) == 1 and "listener callback" in str(errors[0])
+    assert a.held_keys() == ("k",) and a.stop() is True

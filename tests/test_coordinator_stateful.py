@@ -1,8 +1,8 @@
 """Randomised schedules (hypothesis stateful testing) over several coordinators.
 
 Members tick in random orders, time jumps by random amounts, members join, crash,
-restart with the same id, stop gracefully, and listeners finish hand-offs late. After
-every step:
+restart with the same id, stop gracefully, see stale or wrong member lists, and listeners
+finish hand-offs late. After every step:
 
 * no key is held (``holds()``) by two members, and no two listeners process one key;
 * a member that ``holds()`` a key is its owner in the table, and can checkpoint it;
@@ -107,6 +107,18 @@ class CoordinatorMachine(RuleBasedStateMachine):
         self.fleet.coordinators[member].stop(graceful=True, timeout=0)
         self.fleet.processing.crash(member)  # the process exits: whatever ran stops now
         self.stopped.add(member)
+
+    @precondition(lambda self: bool(self.running()))
+    @rule(data=st.data())
+    def stale_view(self, data: st.DataObject) -> None:
+        """One member's membership view disagrees with the others' (a stale cache)."""
+        member = data.draw(st.sampled_from(self.running()))
+        view = data.draw(st.sets(st.sampled_from(POOL), min_size=1))
+        self.fleet.memberships[member].set_members(view)
+
+    @rule()
+    def views_agree_again(self) -> None:
+        self.fleet.sync_membership()
 
     @rule(data=st.data())
     def finish_a_handoff(self, data: st.DataObject) -> None:

@@ -1,0 +1,118 @@
+"""What a :class:`~kinesis.coordinator.LeaseCoordinator` tells its user, and its status.
+
+* :class:`LeaseListener`: start / stop processing a lease. **Every callback runs on the
+  coordinator's tick thread**, one at a time; keep them short (start a reader thread,
+  set a flag) and never call ``coordinator.stop()`` from one.
+* ``on_handoff_requested`` returns a :data:`Completion`: a :class:`threading.Event` or a
+  :class:`concurrent.futures.Future` that the listener completes once processing has
+  stopped and the last checkpoint is written (``None`` means "already done"). Until then
+  the coordinator keeps renewing the lease; only afterwards does it hand the lease on.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import threading
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any, Protocol, runtime_checkable
+
+from kinesis.lease_model import Lease, TableSnapshot
+
+Completion = threading.Event | concurrent.futures.Future[Any] | None
+"""What ``on_handoff_requested`` returns: done when the listener has stopped processing."""
+
+ResourceProvider = Callable[[TableSnapshot], Iterable[str]]
+"""Called once per tick with the fresh table snapshot: the keys that may be planned now."""
+
+
+@runtime_checkable
+class LeaseListener(Protocol):
+    """What the coordinator tells its user (the worker). All calls come from the tick thread."""
+
+    def on_lease_acquired(self, lease: Lease) -> None:
+        """Start processing ``lease`` from ``lease.checkpoint`` (taken, created or adopted)."""
+        ...
+
+    def on_lease_lost(self, lease: Lease) -> None:
+        """Stop processing now: another member holds the lease (do not checkpoint)."""
+        ...
+
+    def on_handoff_requested(self, lease: Lease) -> Completion:
+        """Stop processing and checkpoint; complete the returned Event/Future when done."""
+        ...
+
+
+class NullListener:
+    """A listener for resources that need no start/stop work (hand-offs complete at once)."""
+
+    def on_lease_acquired(self, lease: Lease) -> None:
+        pass
+
+    def on_lease_lost(self, lease: Lease) -> None:
+        pass
+
+    def on_handoff_requested(self, lease: Lease) -> Completion:
+        return None
+
+
+
+def completion_done(completion: Completion) -> bool:
+    """True once ``completion`` (Event, Future or None) is done."""
+    if completion is None:
+        return True
+    if isinstance(completion, threading.Event):
+        return completion.is_set()
+    return completion.done()
+
+
+def wait_completion(completion: Completion, timeout: float) -> None:
+    """Block up to ``timeout`` seconds for ``completion``."""
+    if completion is None:
+        return
+    if isinstance(completion, threading.Event):
+        completion.wait(timeout)
+    else:
+        concurrent.futures.wait([completion], timeout=timeout)
+
+
+@dataclass(frozen=True)
+class CoordinatorStatus:
+    """A snapshot of a coordinator's state, for health checks, logs and metrics."""
+
+    member_id: str
+    running: bool
+    stopping: bool
+    held: tuple[str, ...]
+    pending_handoffs: Mapping[str, str | None]
+    """Key -> planned new owner (None: the lease will be released)."""
+    suspects: tuple[str, ...]
+    ticks: int
+    last_tick_at: float | None
+    """The coordinator clock at the end of the last tick (None before the first)."""
+    counters: Mapping[str, int]
+
+
+COUNTER_NAMES = (
+    "ticks",
+    "created",
+    "acquired",
+    "adopted",
+    "takeovers",
+    "orphans_taken",
+    "take_conflicts",
+    "handoffs_requested",
+    "handoffs",
+    "handoffs_resumed",
+    "handoff_timeouts",
+    "releases",
+    "renewals",
+    "renew_failures",
+    "leases_lost",
+    "checkpoints",
+    "lease_loop_errors",
+    "listener_errors",
+    "membership_errors",
+)
+"""The counters in :attr:`CoordinatorStatus.counters` (all start at 0)."""
+
