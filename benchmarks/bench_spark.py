@@ -18,6 +18,10 @@ Latency: a second query with the default trigger follows a producer writing
 ``--rate`` records/s; the figure is the per-batch trigger-to-commit time
 (``durationMs.triggerExecution``) of batches with data, median and p90, after a warm-up.
 
+The machine's 1-minute load average before and after is recorded: the source runs several
+processes (JVM, driver Python, two executor workers) and suffers more from a busy machine
+than the single-threaded baseline, so compare ratios from quiet runs.
+
 Writes benchmarks/results/spark.json.
 
     .venv/bin/python benchmarks/bench_spark.py [--quick]
@@ -192,6 +196,7 @@ def main(argv: list[str] | None = None) -> int:
     records, rounds, per_shard, seconds = ((8_000, 1, 1_000, 15) if args.quick
                                            else (80_000, 2, 5_000, 40))
     console = Console()
+    load_before = os.getloadavg()[0]
     server, endpoint = start_server()
     try:
         kinesis = client_for("kinesis", endpoint)
@@ -240,6 +245,7 @@ def main(argv: list[str] | None = None) -> int:
         "python": platform.python_version(),
         "machine": platform.machine(),
         "cpus": os.cpu_count(),
+        "load_average_1m": [round(load_before, 2), round(os.getloadavg()[0], 2)],
         "quick": args.quick,
         "shards": args.shards,
         "records": records,
