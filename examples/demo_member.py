@@ -5,7 +5,8 @@
 
 Its processor appends what it processes to ``<out-dir>/<member-id>.ledger`` (one line per
 record, written and flushed per batch *before* the checkpoint), and the worker's status is
-written to ``<out-dir>/<member-id>.status.json`` twice a second. SIGTERM stops it gracefully
+written to ``<out-dir>/<member-id>.status.json`` twice a second, with the number of DynamoDB
+and Kinesis requests sent so far, by operation. SIGTERM stops it gracefully
 (every lease handed off); the exit code is 0 if nothing was left behind, 3 otherwise.
 
 Ledger lines (space separated; ``t`` is ``time.time_ns()``, all members run on one host)::
@@ -26,7 +27,9 @@ import os
 import sys
 import threading
 import time
+from collections import Counter
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
@@ -96,13 +99,40 @@ class LedgerProcessor(RecordProcessor):
         self.ledger.write([f"L {self.shard} {time.time_ns()}"])
 
 
-def write_status(worker: Worker, path: Path, stop: threading.Event) -> None:
+class RequestCounter:
+    """Counts the AWS requests a client sends, by operation (a botocore ``before-send`` hook)."""
+
+    def __init__(self, client: Any):
+        self.counts: Counter[str] = Counter()
+        self._lock = threading.Lock()
+        client.meta.events.register("before-send", self._count)
+
+    def _count(self, request: Any, **_: Any) -> None:
+        target = request.headers.get("X-Amz-Target", b"")
+        if isinstance(target, bytes):
+            target = target.decode()
+        with self._lock:
+            self.counts[target.rsplit(".", 1)[-1] or "?"] += 1
+
+    def snapshot(self) -> dict[str, int]:
+        with self._lock:
+            return dict(self.counts)
+
+
+def status_of(worker: Worker, counters: dict[str, RequestCounter]) -> dict[str, Any]:
+    data = worker.status_dict()
+    data["pid"] = os.getpid()
+    data["time_ns"] = time.time_ns()
+    for service, counter in counters.items():
+        data[f"{service}_requests"] = counter.snapshot()
+    return data
+
+
+def write_status(worker: Worker, counters: dict[str, RequestCounter], path: Path, stop: threading.Event) -> None:
     """Write the worker status as JSON (atomically) until ``stop``."""
     tmp = path.with_suffix(".tmp")
     while True:
-        data = worker.status_dict()
-        data["pid"] = os.getpid()
-        tmp.write_text(json.dumps(data))
+        tmp.write_text(json.dumps(status_of(worker, counters)))
         tmp.replace(path)
         if stop.wait(0.5):
             return
@@ -145,24 +175,23 @@ def main(argv: list[str] | None = None) -> int:
         shutdown_grace=args.shutdown_grace,
         shard_sync_interval=max(2.0, args.lease_duration),
     )
-    worker = Worker(
-        config,
-        lambda: LedgerProcessor(ledger),
-        kinesis_client=client_for("kinesis", args.endpoint, args.region),
-        dynamodb_client=client_for("dynamodb", args.endpoint, args.region),
-    )
+    kinesis = client_for("kinesis", args.endpoint, args.region)
+    dynamodb = client_for("dynamodb", args.endpoint, args.region)
+    counters = {"dynamodb": RequestCounter(dynamodb), "kinesis": RequestCounter(kinesis)}
+    worker = Worker(config, lambda: LedgerProcessor(ledger), kinesis_client=kinesis, dynamodb_client=dynamodb)
     stop = threading.Event()
     status_path = args.out_dir / f"{args.member_id}.status.json"
     worker.start()
-    reporter = threading.Thread(target=write_status, args=(worker, status_path, stop), daemon=True)
+    reporter = threading.Thread(target=write_status, args=(worker, counters, status_path, stop), daemon=True)
     reporter.start()
     clean = worker.run(install_signal_handlers=True)
     stop.set()
     reporter.join()
-    final = worker.status_dict()
-    final["pid"] = os.getpid()
+    final = status_of(worker, counters)
     final["exit_clean"] = clean
-    status_path.write_text(json.dumps(final))
+    tmp = status_path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(final))
+    tmp.replace(status_path)
     return 0 if clean else 3
 
 

@@ -3,9 +3,9 @@
 =============== =============================================================================
 ``/livez``      200 while the lease loop ticks (the last tick is younger than
                 ``liveness_timeout``), else 503: a stuck worker gets restarted.
-                ``/healthz`` is an alias.
+                Aliases: ``/healthz``, ``/live``.
 ``/readyz``     200 once the worker runs, has ticked, and (with ``DynamoDBMembership``) is in
-                the member list; 503 before, and while it stops.
+                the member list; 503 before, and while it stops. Alias: ``/ready``.
 ``/status``     the worker's :meth:`~kinesis.worker.Worker.status` as JSON.
 ``/metrics``    Prometheus text format (404 without the ``metrics`` extra).
 =============== =============================================================================
@@ -88,9 +88,9 @@ def _handler(source: HealthSource) -> type[BaseHTTPRequestHandler]:
     class Handler(BaseHTTPRequestHandler):
         def do_GET(self) -> None:
             path = self.path.split("?", 1)[0].rstrip("/") or "/"
-            if path in ("/livez", "/healthz"):
+            if path in ("/livez", "/healthz", "/live"):
                 code, body, ctype = probe(source.is_live, "live")
-            elif path == "/readyz":
+            elif path in ("/readyz", "/ready"):
                 code, body, ctype = probe(source.is_ready, "ready")
             elif path == "/status":
                 code, body, ctype = 200, json.dumps(source.status_dict(), indent=2).encode(), "application/json"

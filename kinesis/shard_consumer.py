@@ -64,6 +64,8 @@ class LeaseHolder(Protocol):
 
     def holds(self, key: str) -> bool: ...
 
+    def lease(self, key: str) -> Lease | None: ...
+
     def checkpoint(self, key: str, checkpoint: Checkpoint | str | object) -> Lease: ...
 
     def release(self, key: str) -> bool: ...
@@ -123,6 +125,7 @@ class ShardConsumer:
 
     def request_handoff(self) -> threading.Event:
         """Finish the current batch, call ``shutdown_requested``, then set the returned event."""
+        log.info("%s: hand-off requested", self.key)
         self._stop_for("handoff")
         return self.stopped
 
@@ -200,7 +203,10 @@ class ShardConsumer:
         start = checkpoint.to_start_position()
         assert start is not None
         last = start if isinstance(start, Position) else None
-        checkpointer = LeaseCheckpointer(coordinator, self.key, self.spec.stream, self.shard_id, last)
+        checkpointer = LeaseCheckpointer(
+            coordinator, self.key, self.spec.stream, self.shard_id, last,
+            renewal_wait=10 * self.pool.config.lease_duration,
+        )
         self.checkpointer = checkpointer
         processor = self.processor_factory()
         if not isinstance(processor, RecordProcessor):
@@ -224,6 +230,11 @@ class ShardConsumer:
             ended = self._loop(reader, processor, checkpointer)
         except LeaseLostError as exc:
             log.info("%s: lease lost while processing: %s", self.key, exc)
+            if self.reason is None and coordinator.lease(self.key) is not None:
+                # the coordinator still holds it (renewals late for longer than a lease
+                # duration): give it back so it is planned again rather than left unprocessed
+                self._stop_for("failed")
+                self._release()
             self._stop_for("lost")
             ended = False
         if ended:
@@ -236,6 +247,7 @@ class ShardConsumer:
             except LeaseLostError:
                 log.info("%s: lease lost during shutdown_requested", self.key)
             self.state = "stopped"
+            log.info("%s: processor finished for the hand-off", self.key)
         else:
             checkpointer.mark_lease_lost()
             self.state = "lost"
@@ -260,7 +272,8 @@ class ShardConsumer:
                 break  # records read but not delivered are read again by the next owner
             self.millis_behind_latest = batch.millis_behind_latest
             if batch.records:
-                checkpointer.record_delivered(batch.records)
+                # a batch is in shard order: its last record is its highest position
+                checkpointer.record_delivered(batch.records[-1:])
                 processor.process_records(
                     batch.records, checkpointer, millis_behind_latest=batch.millis_behind_latest
                 )
@@ -332,6 +345,8 @@ class ConsumerPool:
             previous = self._consumers.get(lease.key)
             if previous is not None and previous.stopped.is_set():
                 previous = None
+            if previous is not None and previous.reason is None:
+                previous.lease_lost()  # a new lease incarnation: the old consumer must stop
             consumer = ShardConsumer(self, spec, lease, factory, previous)
             self._consumers[lease.key] = consumer
             self.counters["consumers_started"] += 1
@@ -379,6 +394,11 @@ class ConsumerPool:
         with self._lock:
             return sorted(self._consumers.values(), key=lambda c: c.key)
 
+    def request_handoff_all(self) -> None:
+        """Ask every consumer to finish its batch and checkpoint now (a graceful stop begins)."""
+        for c in self.consumers():
+            c.request_handoff()
+
     def halt_all(self, timeout: float) -> list[str]:
         """Stop every consumer (processors hear lease_lost); return the keys still running."""
         consumers = self.consumers()
@@ -386,6 +406,11 @@ class ConsumerPool:
             c.halt()
         deadline = time.monotonic() + timeout
         return [c.key for c in consumers if not c.join(max(0.0, deadline - time.monotonic()))]
+
+    def totals(self) -> tuple[dict[str, int], dict[str, int]]:
+        """(counters, records processed by ``"<application>/<stream>"``), copied atomically."""
+        with self._lock:
+            return dict(self.counters), {f"{a}/{s}": n for (a, s), n in self.records.items()}
 
     def statuses(self) -> list[ShardStatus]:
         return [c.status() for c in self.consumers()]
@@ -396,6 +421,9 @@ class _NoCoordinator:
 
     def holds(self, key: str) -> bool:
         return False
+
+    def lease(self, key: str) -> Lease | None:
+        return None
 
     def checkpoint(self, key: str, checkpoint: Checkpoint | str | object) -> Lease:
         raise LeaseLostError("the worker has no lease coordinator yet")

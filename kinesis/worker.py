@@ -98,7 +98,7 @@ class WorkerStatus:
     live: bool
     ready: bool
     members: tuple[str, ...]
-    """The member list as this worker last saw it."""
+    """The members of the last lease plan (the live member list minus suspected members)."""
     held: tuple[str, ...]
     pending_handoffs: Mapping[str, str | None]
     shards: tuple[ShardStatus, ...]
@@ -283,7 +283,13 @@ class Worker:
             self._stopped.set()
             return True
         grace = self.config.shutdown_grace if timeout is None else timeout
+        log.info("worker %s stopping (%s, grace %.1f s)", self.worker_id,
+                 "graceful: handing every lease off" if graceful else "not graceful", grace)
         started = time.monotonic()
+        if graceful:
+            # Every processor finishes its batch and checkpoints while the coordinator
+            # completes its current tick: its first stopping tick then hands off at once.
+            self.pool.request_handoff_all()
         clean = self.coordinator.stop(graceful=graceful, timeout=grace)
         remaining = max(1.0, grace - (time.monotonic() - started))
         left = self.pool.halt_all(remaining)
@@ -334,8 +340,13 @@ class Worker:
             since = self.clock() - self._started_at
         return since <= self.config.effective_liveness_timeout
 
+    def _planned_members(self) -> tuple[str, ...]:
+        """The members of the coordinator's last plan (no I/O: probes must stay cheap)."""
+        plan = self.coordinator.last_plan
+        return tuple(plan.members) if plan is not None else ()
+
     def is_ready(self) -> bool:
-        """The readiness probe: running, ticked once, and (DynamoDBMembership) listed as a member.
+        """The readiness probe: running, ticked once, and (DynamoDBMembership) in the last plan.
 
         With other memberships readiness does not wait for the member list: on Kubernetes the
         list holds Ready pods only, so waiting for it would deadlock.
@@ -343,19 +354,14 @@ class Worker:
         if self.state != "running" or self.coordinator.status().ticks < 1:
             return False
         if isinstance(self.membership, DynamoDBMembership):
-            return self.worker_id in self.membership.members()
+            return self.worker_id in self._planned_members()
         return True
 
     def status(self) -> WorkerStatus:
         """A consistent-enough snapshot (each part is read atomically)."""
         cs = self.coordinator.status()
-        try:
-            members = tuple(self.membership.members()) if self.state in ("running", "stopping") else ()
-        except Exception:  # a membership outage must not break status/health
-            members = ()
-        with self.pool._lock:
-            worker_counters = dict(self.pool.counters)
-            records = {f"{a}/{s}": n for (a, s), n in self.pool.records.items()}
+        members = self._planned_members() if self.state in ("running", "stopping") else ()
+        worker_counters, records = self.pool.totals()
         return WorkerStatus(
             worker_id=self.worker_id,
             state=self.state,

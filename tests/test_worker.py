@@ -236,17 +236,26 @@ class FakeHolder:
     def __init__(self) -> None:
         self.held = True
         self.lost = False
+        self.lapse_next = False
         self.checkpoints: list[Checkpoint] = []
         self.released: list[str] = []
         self.lock = threading.Lock()
 
     def holds(self, key: str) -> bool:
-        return self.held
+        return self.held and not self.lost
+
+    def lease(self, key: str) -> Lease | None:
+        return None if self.lost else Lease(key, "w1", 1)
 
     def checkpoint(self, key: str, checkpoint: Any) -> Lease:
         with self.lock:
             if self.lost:
                 raise LeaseLostError(f"lost {key}")
+            if self.lapse_next:  # like the coordinator when its renewal is late
+                self.lapse_next = False
+                self.held = False
+                threading.Timer(0.3, lambda: setattr(self, "held", True)).start()
+                raise LeaseLostError(f"could not renew lease {key!r} in time")
             cp = Checkpoint.of(checkpoint)
             self.checkpoints.append(cp)
             return Lease(key, "w1", len(self.checkpoints), cp)
@@ -332,6 +341,21 @@ def test_lost_lease_stops_the_processor_and_refuses_checkpoints(one_shard: Any) 
     assert journal.wait_for(lambda es: es[-1].kind == "lost", 10)
     assert isinstance(Probe.late_checkpoint_error, LeaseLostError)
     assert holder.released == []  # never touch a lease that is someone else's now
+
+
+def test_a_checkpoint_waits_for_a_late_renewal_instead_of_dropping_the_shard(one_shard: Any) -> None:
+    journal, holder = Journal(), FakeHolder()
+    pool, _ = _pool(one_shard, journal, holder)
+    written = put_records(one_shard, "orders", 5)
+    holder.lapse_next = True
+    pool.on_lease_acquired(Lease(KEY, "w1", 1, TRIM_HORIZON))
+    assert eventually(lambda: holder.checkpoints == [Checkpoint(written[-1][1])], 10)
+    [consumer] = pool.consumers()
+    assert consumer.state == "processing" and consumer.checkpointer is not None
+    assert consumer.checkpointer.renewal_waits == 1
+    more = put_records(one_shard, "orders", 3, prefix="more")
+    assert journal.wait_for(lambda _: journal.processed() == set(written + more), 10)
+    assert [e.kind for e in journal.snapshot()].count("lost") == 0 and holder.released == []
 
 
 def test_a_processor_exception_releases_the_lease_without_skipping_records(one_shard: Any) -> None:
@@ -433,9 +457,11 @@ def test_health_endpoints_answer_probes() -> None:
     try:
         assert _get(server.url + "/livez")[0] == 200
         assert _get(server.url + "/healthz")[0] == 200
+        assert _get(server.url + "/live")[0] == 200  # the paths of examples/k8s/*.yaml
         assert _get(server.url + "/readyz")[0] == 503
         source.ready = True
         assert _get(server.url + "/readyz") == (200, b"ok\n")
+        assert _get(server.url + "/ready")[0] == 200
         source.ready = None  # type: ignore[assignment]  # a probe that raises fails, the server lives
         assert _get(server.url + "/readyz")[0] == 503
         source.live = False

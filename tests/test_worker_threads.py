@@ -107,13 +107,14 @@ def test_two_workers_balance_then_a_graceful_stop_hands_off_without_duplicates(a
         assert url is not None
         assert urllib.request.urlopen(url + "/readyz").status == 200
         assert urllib.request.urlopen(url + "/livez").status == 200
+        processed = sum(1 for e in journal.records() if e.worker == "w2")
+        assert eventually(lambda: w2.status().records_processed.get("app/orders") == processed, 10)
         samples = {
             (s.name, tuple(sorted(s.labels.items()))): s.value
             for family in text_string_to_metric_families(urllib.request.urlopen(url + "/metrics").read().decode())
             for s in family.samples
         }
         assert samples[("kinesis_worker_leases_held", (("worker", "w2"),))] == 6
-        processed = sum(1 for e in journal.records() if e.worker == "w2")
         labels = (("application", "app"), ("stream", "orders"), ("worker", "w2"))
         assert samples[("kinesis_worker_records_processed_total", labels)] == processed
         assert samples[("kinesis_worker_takeovers_total", (("worker", "w2"),))] == 0
