@@ -33,13 +33,10 @@ import json
 import logging
 import os
 import platform
-import socket
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
-import urllib.request
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -51,46 +48,12 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
+from benchmarks.moto_process import MotoProcess  # noqa: E402
 from examples.demo_fleet import Fleet, Producer, audit, processed_keys, read_ledgers  # noqa: E402
 from kinesis.leases import LeaseTable  # noqa: E402
-from kinesis.testing import client_for  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parent / "results"
 console = Console()
-
-
-class MotoProcess:
-    """A moto server in its own process (its own GIL: a fleet of members would saturate an
-    in-process server and the figures would measure moto, not the lease loop)."""
-
-    def __init__(self) -> None:
-        with socket.socket() as sock:
-            sock.bind(("127.0.0.1", 0))
-            port = sock.getsockname()[1]
-        self.endpoint_url = f"http://127.0.0.1:{port}"
-        self._proc = subprocess.Popen(
-            [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-        )
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                urllib.request.urlopen(f"{self.endpoint_url}/moto-api/", timeout=1).close()
-                break
-            except OSError:
-                if time.monotonic() > deadline or self._proc.poll() is not None:
-                    raise RuntimeError("the moto server process did not start") from None
-                time.sleep(0.1)
-
-    def client(self, service: str) -> Any:
-        return client_for(service, self.endpoint_url)
-
-    def __enter__(self) -> MotoProcess:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._proc.terminate()
-        self._proc.wait(10)
 
 
 def first_inits_after(out_dir: Path, shards: set[str], after_ns: int, exclude: str) -> dict[str, int]:

@@ -1,7 +1,8 @@
 """Worker throughput: records/s through a :class:`kinesis.Worker` vs a plain boto3 GetRecords loop.
 
-Same embedded moto server (HTTP on 127.0.0.1), same stream, same process, same run; the two
-alternate, best of ``--rounds``. Both read every shard concurrently, one thread per shard:
+Same moto server (its own process, HTTP on 127.0.0.1, so it does not share the GIL with what
+is measured), same stream, same process, same run; the variants alternate, best of 3 rounds.
+Both read every shard concurrently, one thread per shard:
 
 * baseline: GetShardIterator(TRIM_HORIZON), then GetRecords(Limit=10000) until caught up,
   counting records (no lease, no checkpoint);
@@ -39,8 +40,8 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
+from benchmarks.moto_process import MotoProcess  # noqa: E402
 from kinesis import Checkpointer, Record, RecordProcessor, StreamConfig, Worker, WorkerConfig  # noqa: E402
-from kinesis.testing import LocalAWS  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parent / "results"
 STREAM = "bench-worker"
@@ -81,7 +82,7 @@ class Clock:
         return self.count / max(self.last - self.reading_since, 1e-9)
 
 
-def kinesis_client(aws: LocalAWS, clock: Clock) -> Any:
+def kinesis_client(aws: MotoProcess, clock: Clock) -> Any:
     """A client whose first GetShardIterator request starts ``clock``."""
     client = aws.client("kinesis")
     client.meta.events.register("before-send.kinesis.GetShardIterator", clock.iterator_requested)
@@ -132,7 +133,7 @@ class Counting(RecordProcessor):
             self.checkpointed_at = now
 
 
-def through_worker(aws: LocalAWS, clock: Clock, round_no: int, batch: int, interval: float) -> float:
+def through_worker(aws: MotoProcess, clock: Clock, round_no: int, batch: int, interval: float) -> float:
     """Run a worker until every record is processed; return its start-up seconds."""
     config = WorkerConfig(
         table_name=f"bench-worker-leases-{round_no}-{interval:g}",
@@ -164,7 +165,7 @@ def main(argv: list[str] | None = None) -> int:
     variants = {"baseline": None, "worker, checkpoint every 1 s": 1.0, "worker, checkpoint every batch": 0.0}
     rates: dict[str, list[float]] = {name: [] for name in variants}
     startup: list[float] = []
-    with LocalAWS() as aws:
+    with MotoProcess() as aws:
         fill(aws.client("kinesis"), shards, records)
         names = list(variants)
         for i in range(rounds):  # rotate which goes first; keep the best of each
@@ -202,7 +203,7 @@ def main(argv: list[str] | None = None) -> int:
         + (f" --batch {args.batch}" if args.batch != 2000 else ""),
     }
     table = Table(title=f"Worker vs plain boto3 loop: {records:,} records of {PAYLOAD} B, {shards} shards, "
-                        f"GetRecords Limit {args.batch}, moto over HTTP (best of {rounds})")
+                        f"GetRecords Limit {args.batch}, moto in its own process (best of {rounds})")
     for col in ("reader", "records/s", "over baseline (target >= 0.9)"):
         table.add_column(col, justify="left" if col == "reader" else "right")
     for name in variants:
