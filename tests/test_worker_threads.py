@@ -20,6 +20,7 @@ from datetime import UTC, datetime
 from itertools import pairwise
 from typing import Any
 
+import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from kinesis import StreamConfig, Worker
@@ -129,6 +130,8 @@ def test_two_workers_balance_then_a_graceful_stop_hands_off_without_duplicates(a
 
 
 def test_run_hands_every_lease_off_on_sigterm(aws: LocalAWS) -> None:
+    if threading.current_thread() is not threading.main_thread():
+        pytest.skip("signal handlers can only be installed by the main thread")
     kinesis = aws.client("kinesis")
     kinesis.create_stream(StreamName="orders", ShardCount=4)
     written = put_records(kinesis, "orders", 100)
