@@ -365,6 +365,7 @@ class LeaseCoordinator:
                 except Exception:
                     log.exception("%s: leaving the membership failed", self.member_id)
             deadline = time.monotonic() + (timeout if timeout is not None else self.lease_duration)
+            pause = threading.Event()  # never set: a plain bounded wait
             while True:
                 self.tick()
                 with self._lock:
@@ -376,6 +377,8 @@ class LeaseCoordinator:
                 pending = [c for c in waiting if not _done(c)]
                 if pending:
                     _wait(pending[0], min(remaining, self.tick_interval))
+                else:  # e.g. a lease adopted during this tick: handed on at the next one
+                    pause.wait(min(remaining, self.tick_interval / 10))
         with self._lock:
             self._stopped = True
             left = sorted(self._held)

@@ -20,14 +20,14 @@ from kinesis.errors import CheckpointRegressionError, ConfigurationError, LeaseL
 from kinesis.lease_model import SHARD_END, Checkpoint, Lease, TableSnapshot
 from kinesis.leases import LeaseTable
 from kinesis.testing import LocalAWS
-from tests.coordinator_fleet import Fleet
+from tests.coordinator_fleet import Fleet, shared_client
 
 KEYS = [f"queue-{i:02d}" for i in range(12)]
 
 
 @pytest.fixture
 def table(aws: LocalAWS) -> LeaseTable:
-    return LeaseTable.open(aws.client("dynamodb"), "coordinator-test")
+    return LeaseTable.open(shared_client(aws), "coordinator-test")
 
 
 def spread(counts: dict[str, int]) -> int:
@@ -530,7 +530,7 @@ def test_membership_errors_only_pause_planning(table: LeaseTable) -> None:
 
 
 def test_table_errors_are_counted_and_the_loop_goes_on(aws: LocalAWS) -> None:
-    table = LeaseTable(aws.client("dynamodb"), "missing-table", retry_attempts=1)
+    table = LeaseTable(shared_client(aws), "missing-table", retry_attempts=1)
     a = LeaseCoordinator(table, StaticMembership(["a"], "a"), ["k"], lease_duration=3, clock=FakeClock())
     a.tick()
     a.tick()

@@ -35,7 +35,7 @@ from kinesis.errors import LeaseLostError
 from kinesis.lease_model import Checkpoint
 from kinesis.leases import LeaseTable
 from kinesis.testing import LocalAWS
-from tests.coordinator_fleet import Fleet
+from tests.coordinator_fleet import Fleet, shared_client
 
 KEYS = [f"q{i}" for i in range(7)]
 POOL = ["m0", "m1", "m2", "m3", "m4"]
@@ -47,7 +47,7 @@ class CoordinatorMachine(RuleBasedStateMachine):
 
     def __init__(self) -> None:
         super().__init__()
-        table = LeaseTable.open(self.aws.client("dynamodb"), f"stateful-{next(_tables)}")
+        table = LeaseTable.open(shared_client(self.aws), f"stateful-{next(_tables)}")
         self.fleet = Fleet(
             table, KEYS, ["m0", "m1"], lease_duration=3.0, manual_handoffs=True, max_concurrent_handoffs=2
         )
@@ -181,6 +181,7 @@ class CoordinatorMachine(RuleBasedStateMachine):
             pytest.fail(f"a converged holder could not checkpoint: {exc}")
 
 
+@pytest.mark.timeout(900)  # a failure is shrunk, which takes long; passing runs take ~30 s
 def test_random_schedules_never_double_hold_and_converge(aws: LocalAWS) -> None:
     CoordinatorMachine.aws = aws
     run_state_machine_as_test(

@@ -16,11 +16,12 @@ from kinesis.lease_model import MEMBER_PREFIX
 from kinesis.leases import LeaseTable
 from kinesis.membership import DynamoDBMembership
 from kinesis.testing import LocalAWS
+from tests.coordinator_fleet import shared_client
 
 
 @pytest.fixture
 def table(aws: LocalAWS) -> LeaseTable:
-    return LeaseTable.open(aws.client("dynamodb"), "membership-test")
+    return LeaseTable.open(shared_client(aws), "membership-test")
 
 
 def member(table: LeaseTable, name: str, clock: FakeClock, **kwargs: Any) -> DynamoDBMembership:

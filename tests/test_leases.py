@@ -41,19 +41,24 @@ from kinesis.lease_model import (
 )
 from kinesis.leases import LeaseTable
 from kinesis.testing import LocalAWS
+from tests.coordinator_fleet import shared_client
 
 TABLE = "leases-test"
 NO_RETRY = Config(retries={"total_max_attempts": 1})
 
 
 def open_table(aws: LocalAWS, name: str = TABLE, **kwargs: Any) -> LeaseTable:
+    """A table on a fresh client without botocore retries (fault tests hook into it)."""
     return LeaseTable.open(aws.client("dynamodb", config=NO_RETRY), name, **kwargs)
 
 
 @pytest.fixture
 def tables(aws: LocalAWS) -> tuple[LeaseTable, LeaseTable]:
     """Two members' views of one table (separate clients, as in two processes)."""
-    return open_table(aws), open_table(aws)
+    return (
+        LeaseTable.open(shared_client(aws, "member-1", config=NO_RETRY), TABLE),
+        LeaseTable.open(shared_client(aws, "member-2", config=NO_RETRY), TABLE),
+    )
 
 
 def raw_item(table: LeaseTable, key: str) -> dict[str, Any] | None:
@@ -113,7 +118,7 @@ class DynamoFaults:
 
 def test_ensure_table_creates_pay_per_request_table_and_is_idempotent(aws: LocalAWS) -> None:
     table = open_table(aws)
-    description = aws.client("dynamodb").describe_table(TableName=TABLE)["Table"]
+    description = shared_client(aws).describe_table(TableName=TABLE)["Table"]
     assert description["KeySchema"] == [{"AttributeName": "leaseKey", "KeyType": "HASH"}]
     assert description["BillingModeSummary"]["BillingMode"] == "PAY_PER_REQUEST"
     assert description["TableStatus"] == "ACTIVE"
@@ -128,7 +133,7 @@ def test_missing_table_with_creation_disabled_is_a_clear_error(aws: LocalAWS) ->
 
 
 def test_operations_on_a_missing_table_say_so(aws: LocalAWS) -> None:
-    table = LeaseTable(aws.client("dynamodb", config=NO_RETRY), "never-created")
+    table = LeaseTable(shared_client(aws, "member-1", config=NO_RETRY), "never-created")
     with pytest.raises(LeaseTableNotFoundError, match="ensure_table"):
         table.scan()
 
@@ -146,7 +151,7 @@ def test_operations_on_a_missing_table_say_so(aws: LocalAWS) -> None:
     ids=["other-hash-key", "numeric-key", "range-key"],
 )
 def test_wrong_schema_is_refused(aws: LocalAWS, key_schema: Any, attributes: Any) -> None:
-    aws.client("dynamodb").create_table(
+    shared_client(aws).create_table(
         TableName=TABLE, KeySchema=key_schema, AttributeDefinitions=attributes, BillingMode="PAY_PER_REQUEST"
     )
     with pytest.raises(LeaseTableSchemaError, match="leaseKey"):
@@ -184,7 +189,7 @@ def test_waits_for_active_with_a_deadline(aws: LocalAWS) -> None:
 def test_bad_table_configuration(aws: LocalAWS, kwargs: dict[str, Any]) -> None:
     args = {"table_name": TABLE, **kwargs}
     with pytest.raises(ConfigurationError):
-        LeaseTable(aws.client("dynamodb"), **args)
+        LeaseTable(shared_client(aws), **args)
 
 
 # --- create / read ----------------------------------------------------------------------
