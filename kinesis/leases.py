@@ -511,6 +511,9 @@ class LeaseTable:
         """Give the lease up (evict): the row stays with its checkpoint and no owner."""
         return self._fenced(lease, "release", {}, [m.OWNER, m.PENDING_HANDOFF, m.HANDED_OFF_BY])
 
+    evict = release
+    """KCL's name for :meth:`release`."""
+
     def checkpoint(self, lease: Lease, checkpoint: Checkpoint | str) -> Lease:
         """Record progress; fenced by owner + counter and by ``checkpointOrder <= new``.
 

@@ -438,7 +438,7 @@ def test_release_keeps_the_checkpoint_and_frees_the_lease(tables: tuple[LeaseTab
     released = a.release(lease)
     assert released.owner is None and released.checkpoint == Checkpoint("9")
     with pytest.raises(LeaseLostError):
-        a.release(lease)
+        a.evict(lease)  # KCL's name for release
     fresh = b.get("s-1")
     assert fresh is not None and fresh.is_free
     taken = b.take(fresh, "b")
