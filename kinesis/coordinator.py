@@ -394,6 +394,9 @@ class LeaseCoordinator:
     def checkpoint(self, key: str, checkpoint: Checkpoint | str | object) -> Lease:
         """Checkpoint a held lease (from any thread); fenced by owner + counter.
 
+        A successful checkpoint also renews the lease. It is attempted even when the last
+        renewal is late (``holds()`` is False): the conditional write can only succeed if
+        no other member took the lease since, which proves nobody else processed it.
         Raises :class:`LeaseLostError` if this member no longer holds ``key`` (the listener
         also gets ``on_lease_lost`` on the next tick) and :class:`CheckpointRegressionError`
         if ``checkpoint`` is behind the stored one.
@@ -406,11 +409,9 @@ class LeaseCoordinator:
         with held.lock:
             if held.gone:
                 raise LeaseLostError(f"{self.member_id} no longer holds lease {key!r}")
+            # Also past ``valid_until`` (a late renewal): the write is fenced by the counter,
+            # so it succeeds only if nobody took the lease meanwhile, and then it renews it.
             sent = self.clock()
-            if sent >= held.valid_until:
-                raise LeaseLostError(
-                    f"{self.member_id} could not renew lease {key!r} in time; stop processing it"
-                )
             try:
                 new = self.table.checkpoint(held.lease, cp)
             except LeaseLostError:

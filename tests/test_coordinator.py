@@ -573,3 +573,17 @@ def test_stop_from_a_listener_callback_is_refused(table: LeaseTable) -> None:
     a.tick()
     assert len(errors) == 1 and "listener callback" in str(errors[0])
     assert a.held_keys() == ("k",) and a.stop() is True
+
+
+def test_checkpoint_after_a_late_renewal_succeeds_only_if_nobody_took_the_lease(table: LeaseTable) -> None:
+    fleet = Fleet(table, ["k1", "k2"], ["a"])
+    fleet.round()
+    a = fleet.coordinators["a"]
+    fleet.clock.advance(fleet.lease_duration)  # the tick thread stalled: validity ran out
+    assert not a.holds("k1") and not a.holds("k2")
+    a.checkpoint("k1", "5")  # nobody took it (the counter is unchanged): the write renews it
+    assert a.holds("k1") and table.get("k1").checkpoint == Checkpoint("5")  # type: ignore[union-attr]
+    table.take(table.get("k2"), "b")  # type: ignore[arg-type]  # expired, taken by another member
+    with pytest.raises(LeaseLostError):
+        a.checkpoint("k2", "5")
+    assert table.get("k2").owner == "b"  # type: ignore[union-attr]
