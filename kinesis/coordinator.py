@@ -33,7 +33,8 @@ stall a key for a bounded time only.
 A member whose leases all look expired is *suspected* and left out of the plan (so its
 keys are not planned back to it), until a lease row shows it writing again. After
 ``orphan_timeout`` (doubling each time, up to 16x) it is on probation: planned again, but
-handed at most one lease per member at a time until it adopts one. Nobody hands a lease
+handed at most one lease per member at a time until it adopts one (a change of the
+membership version also ends suspicions this way). Nobody hands a lease
 to a member that currently lets one of its leases expire. This covers a crashed member
 that a static or slow membership still lists: its leases are taken over after one lease
 duration straight into a balanced plan, and it costs only rare probes afterwards.
@@ -287,6 +288,7 @@ class LeaseCoordinator:
         self._suspects: dict[str, float] = {}  # member -> last evidence of death
         self._suspicions: dict[str, int] = {}  # member -> times suspected in a row
         self._probation: set[str] = set()  # ex-suspects: one hand-off at a time until alive
+        self._membership_version: object = None
         self._lost_queue: list[Lease] = []
         self._fresh: set[str] = set()  # keys acquired during the current tick
         self._counters: Counter[str] = Counter(dict.fromkeys(COUNTER_NAMES, 0))
@@ -522,11 +524,17 @@ class LeaseCoordinator:
         now = self.clock()
         active = self._observe(snapshot, now)
         try:
+            version = self.membership.version
             listed = self.membership.members()
         except MembershipError as exc:
             self._count("membership_errors")
             log.warning("%s: no member list (%s); only renewing this tick", self.member_id, exc)
             return
+        if version != self._membership_version:
+            self._membership_version = version
+            with self._lock:  # news about the members: suspects get a chance (on probation)
+                self._probation.update(self._suspects)
+                self._suspects.clear()
         keys = self._plannable(snapshot)
         with self._lock:  # forget missing-row timers of keys no longer planned
             planned = set(keys)
@@ -628,8 +636,9 @@ class LeaseCoordinator:
 
         A suspect is left out of the plan until a lease row shows it writing, or until
         ``orphan_timeout * 2**(n-1)`` (n: how often it was suspected in a row, at most 16x)
-        has passed; then it is on *probation*: it is planned again, but each member hands
-        it at most one lease at a time until it adopts one (proof of life). A dead member
+        has passed or the membership version changed; then it is on *probation*: it is
+        planned again, but each member hands it at most one lease at a time until it adopts
+        one (proof of life). A dead member
         that a static membership keeps listing so costs one lease per donor for one lease
         duration, at exponentially growing intervals.
         """

@@ -33,16 +33,23 @@ def shared_client(aws: LocalAWS, name: str = "default", **kwargs: Any) -> Any:
 
 
 class Processing:
-    """Which member processes which key, shared by every listener of a fleet."""
+    """Which member processes which key, shared by every listener of a fleet.
 
-    def __init__(self) -> None:
+    A member processes a key from ``on_lease_acquired`` until ``on_lease_lost`` or until
+    it completes the hand-off, and only while its coordinator ``holds()`` the key: like
+    the worker, it checks ``holds()`` before each batch, so a member whose tick thread
+    stalled past the lease's validity stops before the callback that tells it so.
+    """
+
+    def __init__(self, holds: Callable[[str, str], bool] = lambda member, key: True) -> None:
         self.by_key: dict[str, str] = {}
         self.violations: list[str] = []
         self.starts: list[tuple[str, str, Any]] = []  # (member, key, checkpoint at start)
+        self.holds = holds
 
     def start(self, member: str, lease: Lease) -> None:
         other = self.by_key.get(lease.key)
-        if other is not None and other != member:
+        if other is not None and other != member and self.holds(other, lease.key):
             self.violations.append(f"{member} started {lease.key} while {other} processes it")
         self.by_key[lease.key] = member
         self.starts.append((member, lease.key, lease.checkpoint))
@@ -109,7 +116,7 @@ class Fleet:
         self.lease_duration = lease_duration
         self.manual = manual_handoffs
         self.kwargs = coordinator_kwargs
-        self.processing = Processing()
+        self.processing = Processing(self._holds)
         self.coordinators: dict[str, LeaseCoordinator] = {}
         self.listeners: dict[str, FleetListener] = {}
         self.memberships: dict[str, StaticMembership] = {}
@@ -117,6 +124,10 @@ class Fleet:
         self.member_list: list[str] = []
         for member in members:
             self.add(member)
+
+    def _holds(self, member: str, key: str) -> bool:
+        coordinator = self.coordinators.get(member)
+        return coordinator is not None and member not in self.crashed and coordinator.holds(key)
 
     @property
     def tick_interval(self) -> float:

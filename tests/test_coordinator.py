@@ -587,3 +587,37 @@ def test_checkpoint_after_a_late_renewal_succeeds_only_if_nobody_took_the_lease(
     with pytest.raises(LeaseLostError):
         a.checkpoint("k2", "5")
     assert table.get("k2").owner == "b"  # type: ignore[union-attr]
+
+
+def test_members_stalled_past_the_lease_duration_lose_their_leases_without_overlap(
+    table: LeaseTable,
+) -> None:
+    """b's and c's tick threads stall for more than a lease duration while a keeps going;
+    a takes their expired leases. b and c stopped being allowed to process (``holds()``)
+    when their validity ran out, before a could take anything, and their listeners hear
+    of the loss on their next tick."""
+    fleet = Fleet(table, KEYS[:6], ["a", "b", "c"])
+    fleet.round()
+    before = {m: set(c.held_keys()) for m, c in fleet.coordinators.items()}
+    stalled_at = fleet.clock()
+    while set(fleet.coordinators["a"].held_keys()) != set(KEYS[:6]):
+        fleet.round(["a"])  # only a ticks
+        for m in ("b", "c"):
+            if fleet.clock() >= stalled_at + fleet.lease_duration - fleet.tick_interval:
+                assert not any(fleet.coordinators[m].holds(k) for k in before[m])
+        assert fleet.clock() - stalled_at <= 2 * fleet.lease_duration
+    assert fleet.coordinators["a"].status().suspects == ("b", "c")
+    fleet.tick("b")
+    fleet.tick("c")
+    assert sorted(fleet.listeners["b"].lost) == sorted(before["b"])
+    assert sorted(fleet.listeners["c"].lost) == sorted(before["c"])
+    fleet.round()
+    assert fleet.counts() == {"a": 6, "b": 0, "c": 0}  # still suspected by a
+    # the membership reports news (e.g. b and c dropped out and came back): a gives them
+    # a chance, one lease at a time until they adopt one, then the plan as usual
+    fleet.sync_membership(["a"])
+    fleet.sync_membership(["a", "b", "c"])
+    for _ in range(3):
+        fleet.round()
+    assert fleet.counts() == {"a": 2, "b": 2, "c": 2}
+    assert fleet.coordinators["a"].status().suspects == ()
