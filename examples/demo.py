@@ -37,12 +37,17 @@ from rich.table import Table
 from rich.text import Text
 
 ROOT = Path(__file__).resolve().parent.parent
-for path in (ROOT, ROOT / "examples"):
-    if str(path) not in sys.path:
-        sys.path.insert(0, str(path))
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
 
-from demo_fleet import Audit, Fleet, Producer, audit, processed_keys, takeovers_and_handoffs  # noqa: E402
-
+from examples.demo_fleet import (  # noqa: E402
+    Audit,
+    Fleet,
+    Producer,
+    audit,
+    processed_keys,
+    takeovers_and_handoffs,
+)
 from hashring import plan_assignment  # noqa: E402
 from kinesis.leases import LeaseTable  # noqa: E402
 from kinesis.testing import LocalAWS  # noqa: E402
@@ -255,7 +260,7 @@ def run(fleet: Fleet, producer: Producer, view: View, s: Settings) -> Result:
 
 def first_takers(out_dir: Path, keys: list[str], after_ns: int) -> dict[str, str]:
     """Lease key -> the first member that initialized its shard after ``after_ns``."""
-    from demo_fleet import read_ledgers
+    from examples.demo_fleet import read_ledgers
 
     events, _ = read_ledgers(out_dir)
     firsts: dict[str, tuple[int, str]] = {}

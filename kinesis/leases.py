@@ -443,12 +443,7 @@ class LeaseTable:
         switches = lease.owner_switches_since_checkpoint
         if lease.owner is not None and lease.owner != owner:
             switches += 1
-        if lease.owner is None:
-            condition = "#c = :c AND attribute_not_exists(#o)"
-            values: dict[str, Any] = {":c": _num(lease.counter)}
-        else:
-            condition = "#c = :c AND #o = :o"
-            values = {":c": _num(lease.counter), ":o": {"S": lease.owner}}
+        condition, values = _unchanged_since(lease)
         try:
             item = self._update(
                 lease.key,
@@ -546,12 +541,7 @@ class LeaseTable:
 
     def delete(self, lease: Lease) -> bool:
         """Delete the row if it is unchanged since ``lease`` was read (e.g. finished parents)."""
-        if lease.owner is None:
-            condition = "#c = :c AND attribute_not_exists(#o)"
-            values: dict[str, Any] = {":c": _num(lease.counter)}
-        else:
-            condition = "#c = :c AND #o = :o"
-            values = {":c": _num(lease.counter), ":o": {"S": lease.owner}}
+        condition, values = _unchanged_since(lease)
         try:
             self._write(
                 "delete_item",
@@ -687,6 +677,13 @@ _CONDITION_NAMES = {
     "#inc": m.INCARNATION,
     "#hb": m.HEARTBEAT,
 }
+
+
+def _unchanged_since(lease: Lease) -> tuple[str, dict[str, Any]]:
+    """The condition "counter and owner are still what ``lease`` saw", with its values."""
+    if lease.owner is None:
+        return "#c = :c AND attribute_not_exists(#o)", {":c": _num(lease.counter)}
+    return "#c = :c AND #o = :o", {":c": _num(lease.counter), ":o": {"S": lease.owner}}
 
 
 def _num(value: int) -> dict[str, str]:
