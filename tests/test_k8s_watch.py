@@ -212,3 +212,18 @@ def test_close_stops_the_watch(fake_k8s: FakeKubernetes,
     eventually(lambda: not any(t.is_alive() for t in watch_threads), what="the thread to end")
     with pytest.raises(Exception, match="closed"):
         m.members()
+
+
+def test_close_during_the_watch_request_still_closes_it(
+        fake_k8s: FakeKubernetes, make: Callable[..., KubernetesMembership]) -> None:
+    """close() while the watch request is in flight (no response object yet) still ends it."""
+    pods = fake_k8s.add_deployment("orders", replicas=1)
+    fake_k8s.fail(None, delay=0.5, verb="watch", times=1)  # headers come 0.5 s late
+    m = make(pods[0])  # watch timeout_seconds is 30: the old stop() waited for that
+    m.members()
+    eventually(lambda: fake_k8s.count("watch") == 1, what="the watch request to arrive")
+    assert fake_k8s.open_watches == 0, "the server is still holding the headers back"
+    m.close()
+    eventually(lambda: fake_k8s.open_watches == 0 and fake_k8s.count("watch") == 1,
+               what="the late watch to be closed, not followed by another")
+    assert not any(t.name == "hashring-k8s-watch" and t.is_alive() for t in threading.enumerate())

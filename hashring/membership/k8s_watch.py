@@ -77,13 +77,18 @@ class PodWatcher:
     def stop(self, timeout: float = 5.0) -> None:
         """Stop the loop and close the open watch connection.
 
-        A watch request that was being opened at that very moment runs until the
-        server ends it (at most ``timeout_seconds``) on its daemon thread, then exits.
+        The client's ``Watch.stop()`` shuts the socket of the response it holds, but
+        a request still being opened has no response yet (and ``stream()`` clears the
+        stop flag when it starts), so the stop is repeated until the thread exits.
         """
         self._stop.set()
         self._watch.stop()
-        if self._thread.is_alive() and self._thread is not threading.current_thread():
-            self._thread.join(timeout)
+        if self._thread is threading.current_thread() or not self._thread.is_alive():
+            return
+        deadline = time.monotonic() + timeout
+        while self._thread.is_alive() and time.monotonic() < deadline:
+            self._thread.join(0.05)
+            self._watch.stop()
 
     @property
     def alive(self) -> bool:
