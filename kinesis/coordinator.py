@@ -39,6 +39,14 @@ to a member that currently lets one of its leases expire. This covers a crashed 
 that a static or slow membership still lists: its leases are taken over after one lease
 duration straight into a balanced plan, and it costs only rare probes afterwards.
 
+Between ticks, a *light round* runs every ``scan_interval`` (default ``tick_interval / 3``):
+steps 3-5 without renewals or heartbeat, one scan request each. It makes a member see a
+newcomer, a lease handed to it, or a lease that just expired within ``scan_interval``
+instead of a whole tick. A hand-off whose listener finishes between rounds is written at
+once (with the target of the last plan), not on the next round. Renewals, takes, adoptions
+and hand-off writes of one round are sent concurrently (``write_threads``), so a round
+costs about one DynamoDB round trip however many leases move.
+
 Keys taken during a tick are judged for hand-off on the next tick (with a fresh plan).
 With a driven DynamoDBMembership the first tick only heartbeats (``warmup_ticks``), so
 members started together see each other before they take anything.
@@ -48,12 +56,14 @@ returns a completion (a :class:`threading.Event`, a :class:`concurrent.futures.F
 or ``None`` for "already done"). Until the completion is done the lease keeps being
 renewed (also past ``handoff_timeout``, which only logs); then one conditional write
 passes the lease, with its checkpoint, to the planned owner, who adopts it on its next
-tick: no expiry wait, no duplicates. If by then the plan gives the key back to this
+round: no expiry wait, no duplicates. If by then the plan gives the key back to this
 member, the listener is told ``on_lease_acquired`` again instead. Held keys the provider
 no longer lists (e.g. finished shards) are released the same way (no new owner).
 
-Threads: :meth:`start` runs ticks on a daemon thread ("lease-coordinator-<id>"); tests
-call :meth:`tick` directly with a :class:`~kinesis.clock.FakeClock`. **Every listener
+Threads: :meth:`start` runs ticks and light rounds on a daemon thread
+("lease-coordinator-<id>"); tests call :meth:`tick` and :meth:`refresh` directly with a
+:class:`~kinesis.clock.FakeClock`. :meth:`stop` (graceful) lets that thread hand every
+lease off, writing each hand-off as soon as its listener is done. **Every listener
 callback runs on the tick thread** (also for leases found lost by :meth:`checkpoint`,
 which is called from processing threads). Listener exceptions are logged and counted;
 a failing ``on_lease_acquired`` releases that lease.
@@ -61,13 +71,14 @@ a failing ``on_lease_acquired`` releases that lease.
 
 from __future__ import annotations
 
+import concurrent.futures
 import functools
 import logging
 import math
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -92,7 +103,6 @@ from kinesis.lease_listener import (
     ResourceProvider,
 )
 from kinesis.lease_listener import completion_done as _done
-from kinesis.lease_listener import wait_completion as _wait
 from kinesis.lease_model import TRIM_HORIZON, Checkpoint, Lease, TableSnapshot, check_lease_key
 from kinesis.leases import LeaseTable
 from kinesis.membership import DynamoDBMembership
@@ -153,6 +163,9 @@ class LeaseCoordinator:
         lease_duration: a lease whose counter has not changed for this long (on this
             process's monotonic clock) is expired. Default 10 s (KCL's failover time).
         tick_interval: time between ticks (default ``lease_duration / 3``; at most half).
+        scan_interval: time between light rounds (scan, adopt, take, hand off; no renewals)
+            between ticks (default ``tick_interval / 3``; ``tick_interval`` turns them off).
+            Each costs one scan request.
         max_concurrent_handoffs: graceful hand-offs in progress at once per member
             (rebalancing only; ``stop()`` hands everything off at once).
         replicas: backups named per key, in takeover order.
@@ -168,6 +181,8 @@ class LeaseCoordinator:
             on every tick and feed it this tick's scan (no extra reads). Default True.
         warmup_ticks: ticks to wait before taking free leases, so members started together
             see each other first (default 1 with a driven DynamoDBMembership, else 0).
+        write_threads: DynamoDB writes of one round sent at once (renewals, takes,
+            hand-offs); default 8 (botocore keeps 10 connections per client).
         clock: the monotonic clock expiry is measured on (inject a FakeClock in tests;
             :meth:`start` still schedules ticks in real time).
     """
@@ -181,6 +196,7 @@ class LeaseCoordinator:
         *,
         lease_duration: float = 10.0,
         tick_interval: float | None = None,
+        scan_interval: float | None = None,
         max_concurrent_handoffs: int = 2,
         replicas: int = 1,
         backup_grace: float | None = None,
@@ -190,6 +206,7 @@ class LeaseCoordinator:
         initial_checkpoint: Checkpoint | str = TRIM_HORIZON,
         drive_membership: bool = True,
         warmup_ticks: int | None = None,
+        write_threads: int = 8,
         clock: Clock = MONOTONIC,
     ):
         if not isinstance(table, LeaseTable):
@@ -209,6 +226,17 @@ class LeaseCoordinator:
                 f"({self.lease_duration:g} s): leases are renewed once per tick and must be "
                 "renewed at least twice per lease duration (default: lease_duration / 3)"
             )
+        self.scan_interval = _seconds(
+            "scan_interval", scan_interval if scan_interval is not None else self.tick_interval / 3
+        )
+        if self.scan_interval > self.tick_interval:
+            raise ConfigurationError(
+                f"scan_interval ({self.scan_interval:g} s) must be at most tick_interval "
+                f"({self.tick_interval:g} s); set it to tick_interval to scan on ticks only"
+            )
+        if isinstance(write_threads, bool) or not isinstance(write_threads, int) or write_threads < 1:
+            raise ConfigurationError(f"write_threads must be an int >= 1, got {write_threads!r}")
+        self.write_threads = write_threads
         if (
             isinstance(max_concurrent_handoffs, bool)
             or not isinstance(max_concurrent_handoffs, int)
@@ -295,8 +323,12 @@ class LeaseCoordinator:
         self._ticks = 0
         self._last_tick_at: float | None = None
         self._stopping = False
+        self._graceful = True
+        self._deadline = math.inf  # real time (time.monotonic) by which a graceful stop ends
         self._stopped = False
-        self._stop_event = threading.Event()
+        self._stop_event = threading.Event()  # set by stop(): the loop ends (graceful: once empty)
+        self._wake = threading.Event()  # interrupts the loop's wait between rounds
+        self._writers: concurrent.futures.ThreadPoolExecutor | None = None
         self._thread: threading.Thread | None = None
         self._ticking: threading.Thread | None = None
         self.last_plan: Assignment | None = None
@@ -305,93 +337,81 @@ class LeaseCoordinator:
     # --- public API --------------------------------------------------------------------
 
     def start(self) -> LeaseCoordinator:
-        """Run :meth:`tick` every ``tick_interval`` (real time) on a daemon thread."""
+        """Run ticks every ``tick_interval`` and light rounds every ``scan_interval`` (real
+        time) on a daemon thread."""
         with self._lock:
-            if self._stopped:
+            if self._stopped or self._stop_event.is_set():
                 raise ConfigurationError("a stopped coordinator cannot be restarted: build a new one")
             if self._thread is None:
-                self._stop_event.clear()
                 self._thread = threading.Thread(
-                    target=self._run, name=f"lease-coordinator-{self.member_id}", daemon=True
+                    target=self._serve, name=f"lease-coordinator-{self.member_id}", daemon=True
                 )
                 self._thread.start()
         return self
 
     def tick(self) -> None:
         """One round of the lease loop (see the module docs). Never raises on table errors."""
-        with self._tick_lock:
-            if self._stopped:
-                return
-            self._ticking = threading.current_thread()
-            try:
-                self._tick()
-            except KinesisHashRingError as exc:
-                self._count("lease_loop_errors")
-                log.warning("%s: lease loop tick failed: %s", self.member_id, exc)
-            except Exception:
-                self._count("lease_loop_errors")
-                log.exception("%s: lease loop tick failed", self.member_id)
-            finally:
-                self._ticking = None
-                self._ticks += 1
-                self._count("ticks")
-                self._last_tick_at = self.clock()
+        self._round(full=True)
+
+    def refresh(self) -> None:
+        """One light round: a tick without renewals and heartbeat (scan, adopt, take, hand off)."""
+        self._round(full=False)
 
     def stop(self, graceful: bool = True, timeout: float | None = None) -> bool:
         """Stop the coordinator; return True if no lease is left behind.
 
         ``graceful=True`` (SIGTERM): leave the membership (if it has ``leave()``), then hand
         every held lease to its planned next owner (the plan without this member; released
-        if there is none), waiting up to ``timeout`` real seconds (default:
-        ``lease_duration``) for the listener to finish. Leases whose listener does not finish
-        in time are left to expire. ``graceful=False`` (a crash): simply stop renewing.
+        if there is none), each as soon as its listener has finished, waiting up to
+        ``timeout`` real seconds (default: ``lease_duration``). Leases whose listener does
+        not finish in time are left to expire. ``graceful=False`` (a crash): simply stop
+        renewing.
         """
         if self._ticking is threading.current_thread():
             raise RuntimeError(
                 "stop() was called from a listener callback (the tick thread): call it from "
                 "another thread, e.g. the one handling SIGTERM"
             )
-        self._stop_event.set()
-        thread = self._thread
-        if thread is not None and thread is not threading.current_thread():
-            thread.join()
         with self._lock:
             if self._stopped:
-                return not self._held
-            self._stopping = True
-        if graceful:
+                return graceful and not self._held
+            first = not self._stop_event.is_set()
+            if first:  # a crash (not graceful) must not plan without this member meanwhile
+                self._stopping = graceful
+                self._graceful = graceful
+                self._deadline = time.monotonic() + (
+                    timeout if timeout is not None else self.lease_duration
+                )
+        self._stop_event.set()
+        self._wake.set()
+        if first and graceful:
             leave = getattr(self.membership, "leave", None)
             if callable(leave):
                 try:
                     leave()
                 except Exception:
                     log.exception("%s: leaving the membership failed", self.member_id)
-            deadline = time.monotonic() + (timeout if timeout is not None else self.lease_duration)
-            pause = threading.Event()  # never set: a plain bounded wait
-            while True:
-                self.tick()
-                with self._lock:
-                    waiting = [h.handoff.completion for h in self._held.values() if h.handoff]
-                    empty = not self._held
-                remaining = deadline - time.monotonic()
-                if empty or remaining <= 0:
-                    break
-                pending = [c for c in waiting if not _done(c)]
-                if pending:
-                    _wait(pending[0], min(remaining, self.tick_interval))
-                else:  # e.g. a lease adopted during this tick: handed on at the next one
-                    pause.wait(min(remaining, self.tick_interval / 10))
+        thread = self._thread
+        if thread is not None and thread is not threading.current_thread():
+            thread.join()
+        elif thread is None and self._graceful:
+            self._serve()  # never started: hand off from this thread
         with self._lock:
+            if self._stopped:
+                return self._graceful and not self._held
             self._stopped = True
             left = sorted(self._held)
             for h in self._held.values():
                 h.gone = True
             self._held.clear()
+            writers, self._writers = self._writers, None
+        if writers is not None:
+            writers.shutdown(wait=False)
         if left:
-            (log.warning if graceful else log.info)(
+            (log.warning if self._graceful else log.info)(
                 "%s stopped with leases left to expire: %s", self.member_id, left
             )
-        return graceful and not left
+        return self._graceful and not left
 
     def checkpoint(self, key: str, checkpoint: Checkpoint | str | object) -> Lease:
         """Checkpoint a held lease (from any thread); fenced by owner + counter.
@@ -481,7 +501,7 @@ class LeaseCoordinator:
             return CoordinatorStatus(
                 member_id=self.member_id,
                 running=self._thread is not None and self._thread.is_alive(),
-                stopping=self._stopping,
+                stopping=self._stop_event.is_set(),
                 held=tuple(sorted(self._held)),
                 pending_handoffs=pending,
                 suspects=tuple(sorted(self._suspects)),
@@ -500,17 +520,94 @@ class LeaseCoordinator:
 
     # --- the tick ------------------------------------------------------------------------
 
-    def _run(self) -> None:
-        while not self._stop_event.is_set():
-            started = time.monotonic()
-            self.tick()
-            self._stop_event.wait(max(0.0, self.tick_interval - (time.monotonic() - started)))
+    def _serve(self) -> None:
+        """The loop: ticks on a fixed schedule, light rounds between them, hand-offs written
+        as soon as their listener is done; after a graceful :meth:`stop`, until every lease
+        is handed off or the deadline passes."""
+        next_tick = time.monotonic()
+        last_round = -math.inf
+        stop_seen = False
+        while True:
+            now = time.monotonic()
+            if self._stop_event.is_set():
+                if not self._graceful:
+                    return
+                if not stop_seen:  # plan without this member and hand off right away
+                    stop_seen = True
+                    self.refresh()  # also adopts (to hand on) what was handed to this member
+                    self._complete_ready_handoffs()
+                    last_round = now
+                with self._lock:
+                    empty = not self._held
+                if empty or time.monotonic() >= self._deadline:
+                    return
+            if now >= next_tick:
+                self.tick()
+                last_round = now
+                next_tick = max(next_tick + self.tick_interval, time.monotonic())
+            elif now - last_round >= self.scan_interval and next_tick - now >= self.scan_interval / 2:
+                self.refresh()
+                last_round = now
+            self._complete_ready_handoffs()
+            now = time.monotonic()
+            wait = min(next_tick, last_round + self.scan_interval) - now
+            if self._pending_handoffs():
+                wait = min(wait, _COMPLETION_POLL)
+            if self._stop_event.is_set():
+                wait = min(wait, self._deadline - now)
+            if wait > 0 and self._wake.wait(wait):
+                self._wake.clear()
 
-    def _tick(self) -> None:
+    def _round(self, *, full: bool) -> None:
+        with self._tick_lock:
+            if self._stopped:
+                return
+            self._ticking = threading.current_thread()
+            try:
+                self._tick(full=full)
+            except KinesisHashRingError as exc:
+                self._count("lease_loop_errors")
+                log.warning("%s: lease loop round failed: %s", self.member_id, exc)
+            except Exception:
+                self._count("lease_loop_errors")
+                log.exception("%s: lease loop round failed", self.member_id)
+            finally:
+                self._ticking = None
+                if full:
+                    self._ticks += 1
+                    self._count("ticks")
+                    self._last_tick_at = self.clock()
+                else:
+                    self._count("refreshes")
+
+    def _pending_handoffs(self) -> bool:
+        with self._lock:
+            return any(h.handoff is not None and not h.gone for h in self._held.values())
+
+    def _complete_ready_handoffs(self) -> None:
+        """Write the hand-offs whose listener finished since the last round (last plan's target)."""
+        with self._tick_lock:
+            if self._stopped:
+                return
+            self._ticking = threading.current_thread()
+            try:
+                with self._lock:
+                    ready = [
+                        (k, h, h.handoff.target)
+                        for k, h in sorted(self._held.items())
+                        if h.handoff is not None and not h.gone and _done(h.handoff.completion)
+                        and not (self._stopping and h.handoff.target == self.member_id)
+                    ]
+                self._complete_handoffs(ready)
+            finally:
+                self._ticking = None
+
+    def _tick(self, *, full: bool = True) -> None:
         self._fresh.clear()
         self._notify_lost()
-        self._renew_all()
-        if self._drive is not None and not self._stopping:
+        if full:
+            self._renew_all()
+        if full and self._drive is not None and not self._stopping:
             try:
                 self._drive.heartbeat()
             except DuplicateMemberIdError:
@@ -556,13 +653,15 @@ class LeaseCoordinator:
         """Adopt every lease handed off to this member (also when not planned or stopping:
         an adopted lease is handed on or released right away, instead of stalling a key
         for a lease duration)."""
+        writes = []
         for key, lease in sorted(snapshot.leases.items()):
             if lease.owner != self.member_id or lease.handed_off_by is None:
                 continue
             with self._lock:
                 if key in self._held:
                     continue
-            self._acquire(key, "adopted", functools.partial(self.table.adopt, lease))
+            writes.append((key, "adopted", functools.partial(self.table.adopt, lease)))
+        self._acquire_all(writes)
 
     def _notify_lost(self) -> None:
         with self._lock:
@@ -574,39 +673,62 @@ class LeaseCoordinator:
     def _renew_all(self) -> None:
         with self._lock:
             held = sorted(self._held.items())
-        for key, h in held:
-            lost = False
-            with h.lock:
-                if h.gone:
-                    continue
-                sent = self.clock()
-                if sent - h.sent_at < self.tick_interval / 2:
-                    continue  # written moments ago (a checkpoint): that was the renewal
-                desired = None
-                if h.handoff is not None and h.handoff.target is not _RELEASE:
-                    desired = h.handoff.target
-                pending: Any = desired if desired != h.lease.pending_handoff else _KEEP
-                try:
-                    if pending is _KEEP:
-                        h.lease = self.table.renew(h.lease)
-                    else:
-                        h.lease = self.table.renew(h.lease, pending_handoff=pending)
-                    h.sent_at = sent
-                    h.valid_until = sent + self.lease_duration - self.tick_interval
-                    self._count("renewals")
-                except LeaseLostError as exc:
-                    log.warning("%s: lost lease %s: %s", self.member_id, key, exc)
-                    lost = True
-                except KinesisHashRingError as exc:
-                    self._count("renew_failures")
-                    log.warning("%s: could not renew %s: %s", self.member_id, key, exc)
-                    if self.clock() >= h.valid_until:
-                        log.error("%s: lease %s not renewed in time; dropping it", self.member_id, key)
-                        lost = True
-                if lost:
-                    h.gone = True
-            if lost:
+        lost = self._parallel([functools.partial(self._renew, key, h) for key, h in held])
+        for (key, h), gone in zip(held, lost, strict=True):
+            if gone is True:
                 self._forget(key, h, notify=True)
+        _raise_first(lost)
+
+    def _renew(self, key: str, h: _Held) -> bool:
+        """Renew one held lease (on a writer thread); True if it was lost."""
+        with h.lock:
+            if h.gone:
+                return False
+            sent = self.clock()
+            if sent - h.sent_at < self.tick_interval / 2:
+                return False  # written moments ago (a checkpoint): that was the renewal
+            desired = None
+            if h.handoff is not None and h.handoff.target is not _RELEASE:
+                desired = h.handoff.target
+            pending: Any = desired if desired != h.lease.pending_handoff else _KEEP
+            try:
+                if pending is _KEEP:
+                    h.lease = self.table.renew(h.lease)
+                else:
+                    h.lease = self.table.renew(h.lease, pending_handoff=pending)
+                h.sent_at = sent
+                h.valid_until = sent + self.lease_duration - self.tick_interval
+                self._count("renewals")
+                return False
+            except LeaseLostError as exc:
+                log.warning("%s: lost lease %s: %s", self.member_id, key, exc)
+            except KinesisHashRingError as exc:
+                self._count("renew_failures")
+                log.warning("%s: could not renew %s: %s", self.member_id, key, exc)
+                if self.clock() < h.valid_until:
+                    return False
+                log.error("%s: lease %s not renewed in time; dropping it", self.member_id, key)
+            h.gone = True
+            return True
+
+    def _parallel(self, calls: list[Callable[[], Any]]) -> list[Any]:
+        """Run ``calls`` on the writer threads; their results (or exceptions), in order."""
+        if len(calls) <= 1 or self.write_threads == 1:
+            out: list[Any] = []
+            for call in calls:
+                try:
+                    out.append(call())
+                except Exception as exc:
+                    out.append(exc)
+            return out
+        with self._lock:
+            if self._writers is None:
+                self._writers = concurrent.futures.ThreadPoolExecutor(
+                    self.write_threads, thread_name_prefix=f"lease-writer-{self.member_id}"
+                )
+            writers = self._writers
+        futures = [writers.submit(call) for call in calls]
+        return [f.exception() or f.result() for f in futures]
 
     def _forget(self, key: str, h: _Held, *, notify: bool) -> None:
         with self._lock:
@@ -701,6 +823,7 @@ class LeaseCoordinator:
 
     def _take(self, plan: Assignment, keys: list[str], snapshot: TableSnapshot, now: float) -> None:
         me = self.member_id
+        writes: list[tuple[str, str, Callable[[], Lease | None]]] = []
         for key in keys:
             with self._lock:
                 if key in self._held:
@@ -714,7 +837,7 @@ class LeaseCoordinator:
             if lease is not None and lease.owner == me:
                 if lease.handed_off_by is None and unchanged >= self.lease_duration:
                     # left behind by an earlier run of this member id: take it once expired
-                    self._acquire(key, "takeovers", functools.partial(self.table.take, lease, me))
+                    writes.append((key, "takeovers", functools.partial(self.table.take, lease, me)))
                 continue
             free = lease is None or lease.owner is None
             expired_for = unchanged if free else unchanged - self.lease_duration
@@ -731,7 +854,7 @@ class LeaseCoordinator:
             else:
                 continue
             if lease is None:
-                self._acquire(
+                writes.append((
                     key,
                     "created" if kind == "acquired" else kind,
                     functools.partial(
@@ -740,23 +863,34 @@ class LeaseCoordinator:
                         checkpoint=self.initial_checkpoint,
                         owner=me,
                     ),
-                )
+                ))
             else:
-                self._acquire(key, kind, functools.partial(self.table.take, lease, me))
+                writes.append((key, kind, functools.partial(self.table.take, lease, me)))
+        self._acquire_all(writes)
 
-    def _acquire(self, key: str, kind: str, write: Callable[[], Lease | None]) -> None:
+    def _acquire_all(self, writes: Sequence[tuple[str, str, Callable[[], Lease | None]]]) -> None:
+        """Send the take/create/adopt writes at once; then start the listener on each, in order."""
+        results = self._parallel([functools.partial(self._timed, write) for _, _, write in writes])
+        for (key, kind, _), result in zip(writes, results, strict=True):
+            if isinstance(result, LeaseLostError):
+                result = (None, 0.0)
+            if isinstance(result, KinesisHashRingError):
+                self._count("lease_loop_errors")
+                log.warning("%s: could not take %s: %s", self.member_id, key, result)
+                continue
+            if isinstance(result, BaseException):
+                raise result
+            lease, sent = result
+            if lease is None:
+                self._count("take_conflicts")
+                continue
+            self._register(key, kind, lease, sent)
+
+    def _timed(self, write: Callable[[], Lease | None]) -> tuple[Lease | None, float]:
         sent = self.clock()
-        try:
-            lease = write()
-        except LeaseLostError:
-            lease = None
-        except KinesisHashRingError as exc:
-            self._count("lease_loop_errors")
-            log.warning("%s: could not take %s: %s", self.member_id, key, exc)
-            return
-        if lease is None:
-            self._count("take_conflicts")
-            return
+        return write(), sent
+
+    def _register(self, key: str, kind: str, lease: Lease, sent: float) -> None:
         h = _Held(lease, sent, sent + self.lease_duration - self.tick_interval)
         with self._lock:
             self._held[key] = h
@@ -788,6 +922,7 @@ class LeaseCoordinator:
         with self._lock:
             held = sorted(self._held.items())
         in_flight = sum(1 for _, h in held if h.handoff is not None and h.handoff.counted)
+        ready: list[tuple[str, _Held, Any]] = []
         probing = {h.handoff.target for _, h in held if h.handoff is not None}
         for key, h in held:
             if h.gone or key in self._fresh:
@@ -817,6 +952,9 @@ class LeaseCoordinator:
                 completion = self._request_handoff(h.lease)
                 with self._lock:
                     h.handoff = _Handoff(completion, now, target, counted=counted)
+                if isinstance(completion, concurrent.futures.Future):
+                    completion.add_done_callback(lambda _: self._wake.set())
+                self._wake.set()  # the loop looks at pending completions often from now on
                 self._count("handoffs_requested")
             handoff = h.handoff
             assert handoff is not None
@@ -830,9 +968,10 @@ class LeaseCoordinator:
                         self.member_id, key, now - handoff.requested_at,
                     )
                 continue
-            self._complete_handoff(key, h, target)
+            ready.append((key, h, target))
             if handoff.counted:
                 in_flight -= 1  # the limit is on hand-offs in progress, not per tick
+        self._complete_handoffs(ready)
 
     def _request_handoff(self, lease: Lease) -> Completion:
         try:
@@ -842,18 +981,30 @@ class LeaseCoordinator:
             log.exception("%s: on_handoff_requested(%s) failed", self.member_id, lease.key)
             return None
 
-    def _complete_handoff(self, key: str, h: _Held, target: Any) -> None:
-        if target == self.member_id:  # the plan changed back: resume processing
-            with self._lock:
-                h.handoff = None
-            self._count("handoffs_resumed")
-            if not self._call_listener("on_lease_acquired", h.lease):
+    def _complete_handoffs(self, ready: list[tuple[str, _Held, Any]]) -> None:
+        """Finish hand-offs whose listener is done: resume (plan changed back), or write the
+        hand-off / release of each, all at once."""
+        writes: list[tuple[str, _Held, Any]] = []
+        for key, h, target in ready:
+            if target == self.member_id:  # the plan changed back: resume processing
+                with self._lock:
+                    h.handoff = None
+                self._count("handoffs_resumed")
+                if self._call_listener("on_lease_acquired", h.lease):
+                    continue
                 target = _RELEASE
-            else:
-                return
+            writes.append((key, h, target))
+        done = self._parallel([functools.partial(self._handoff_write, *w) for w in writes])
+        for (key, h, _), gone in zip(writes, done, strict=True):
+            if gone is True:
+                self._forget(key, h, notify=False)
+        _raise_first(done)
+
+    def _handoff_write(self, key: str, h: _Held, target: Any) -> bool:
+        """Hand the lease to ``target`` (or release it); True once it is no longer held."""
         with h.lock:
             if h.gone:
-                return
+                return False
             try:
                 if target is _RELEASE:
                     self.table.release(h.lease)
@@ -866,10 +1017,10 @@ class LeaseCoordinator:
                 self._count("leases_lost")
             except KinesisHashRingError as exc:
                 self._count("lease_loop_errors")
-                log.warning("%s: hand-off of %s failed (retried next tick): %s", self.member_id, key, exc)
-                return
+                log.warning("%s: hand-off of %s failed (retried next round): %s", self.member_id, key, exc)
+                return False
             h.gone = True
-        self._forget(key, h, notify=False)
+            return True
 
     def _count(self, name: str) -> None:
         with self._lock:
@@ -886,6 +1037,14 @@ class LeaseCoordinator:
 
 
 _KEEP = object()
+
+
+def _raise_first(results: list[Any]) -> None:
+    """Re-raise the first unexpected exception a writer thread returned."""
+    for r in results:
+        if isinstance(r, BaseException):
+            raise r
+_COMPLETION_POLL = 0.05  # seconds between looks at pending hand-off completions (local state)
 
 
 def _seconds(name: str, value: object) -> float:

@@ -66,16 +66,6 @@ def completion_done(completion: Completion) -> bool:
     return completion.done()
 
 
-def wait_completion(completion: Completion, timeout: float) -> None:
-    """Block up to ``timeout`` seconds for ``completion``."""
-    if completion is None:
-        return
-    if isinstance(completion, threading.Event):
-        completion.wait(timeout)
-    else:
-        concurrent.futures.wait([completion], timeout=timeout)
-
-
 @dataclass(frozen=True)
 class CoordinatorStatus:
     """A snapshot of a coordinator's state, for health checks, logs and metrics."""
@@ -95,6 +85,7 @@ class CoordinatorStatus:
 
 COUNTER_NAMES = (
     "ticks",
+    "refreshes",
     "created",
     "acquired",
     "adopted",

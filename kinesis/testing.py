@@ -10,6 +10,7 @@ import urllib.request
 from typing import Any
 
 import boto3
+from botocore.config import Config
 
 from kinesis.errors import ConfigurationError
 
@@ -60,7 +61,9 @@ class LocalAWS:
 
 
 def client_for(service: str, endpoint_url: str, region: str = DEFAULT_REGION, **kwargs: Any) -> Any:
-    """A boto3 client with dummy credentials for a local endpoint."""
+    """A boto3 client with dummy credentials for a local endpoint (32 pooled connections,
+    so several coordinators' writer threads can share it)."""
+    kwargs.setdefault("config", Config(max_pool_connections=32))
     return boto3.session.Session(region_name=region, **FAKE_CREDENTIALS).client(
         service, endpoint_url=endpoint_url, **kwargs
     )

@@ -147,7 +147,9 @@ class WorkerConfig:
 
     Lease timing (see :class:`~kinesis.coordinator.LeaseCoordinator`): ``lease_duration``
     (a lease not renewed for that long, on the observer's clock, is expired), ``tick_interval``
-    (default ``lease_duration / 3``), ``replicas`` backups per lease, ``backup_grace``,
+    (default ``lease_duration / 3``), ``scan_interval`` (light rounds between ticks that find
+    hand-offs, newcomers and expiries sooner; default ``tick_interval / 3``, one scan request
+    each), ``replicas`` backups per lease, ``backup_grace``,
     ``orphan_timeout``, ``handoff_timeout``, ``max_concurrent_handoffs``.
 
     ``member_timeout`` only applies to the :class:`~kinesis.membership.DynamoDBMembership`
@@ -171,6 +173,7 @@ class WorkerConfig:
     worker_id: str | None = None
     lease_duration: float = 10.0
     tick_interval: float | None = None
+    scan_interval: float | None = None
     replicas: int = 1
     max_concurrent_handoffs: int = 2
     backup_grace: float | None = None
@@ -224,6 +227,12 @@ class WorkerConfig:
             raise ConfigurationError(
                 f"tick_interval ({tick:g} s) must be at most half of lease_duration ({lease:g} s)"
             )
+        scan = _seconds("scan_interval", self.scan_interval, allow_none=True)
+        if scan is not None and scan > self.effective_tick_interval:
+            raise ConfigurationError(
+                f"scan_interval ({scan:g} s) must be at most the tick interval "
+                f"({self.effective_tick_interval:g} s)"
+            )
         for name in ("backup_grace", "orphan_timeout", "handoff_timeout", "member_timeout", "liveness_timeout"):
             _seconds(name, getattr(self, name), allow_none=True)
         _seconds("shutdown_grace", self.shutdown_grace)
@@ -274,6 +283,7 @@ class WorkerConfig:
         return {
             "lease_duration": self.lease_duration,
             "tick_interval": self.tick_interval,
+            "scan_interval": self.scan_interval,
             "replicas": self.replicas,
             "max_concurrent_handoffs": self.max_concurrent_handoffs,
             "backup_grace": self.backup_grace,

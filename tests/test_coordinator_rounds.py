@@ -1,0 +1,196 @@
+"""LeaseCoordinator scheduling: light rounds, hand-offs written between rounds, concurrent
+writes, and stops that do not wait for a tick.
+
+The started coordinators here use long intervals (a tick every 20 s), so anything the test
+sees within a few seconds was done by the mechanism under test, not by a regular round; the
+``ticks`` / ``refreshes`` counters prove no round ran in between.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+import pytest
+
+from hashring import StaticMembership
+from kinesis.clock import FakeClock
+from kinesis.coordinator import LeaseCoordinator
+from kinesis.lease_model import Lease, TableSnapshot
+from kinesis.leases import LeaseTable
+from kinesis.testing import LocalAWS
+from tests.coordinator_fleet import Fleet, shared_client
+from tests.support.fake_k8s import eventually
+
+SLOW = {"lease_duration": 60.0, "tick_interval": 20.0, "scan_interval": 20.0}
+
+
+@pytest.fixture
+def table(aws: LocalAWS) -> LeaseTable:
+    return LeaseTable.open(shared_client(aws), "rounds-test")
+
+
+class ManualListener:
+    """Hand-offs complete when the test sets their event."""
+
+    def __init__(self) -> None:
+        self.acquired: list[str] = []
+        self.requested: dict[str, threading.Event] = {}
+
+    def on_lease_acquired(self, lease: Lease) -> None:
+        self.acquired.append(lease.key)
+
+    def on_lease_lost(self, lease: Lease) -> None:
+        pass
+
+    def on_handoff_requested(self, lease: Lease) -> threading.Event:
+        self.requested[lease.key] = threading.Event()
+        return self.requested[lease.key]
+
+
+def owners(table: LeaseTable) -> dict[str, str | None]:
+    return {k: v.owner for k, v in table.scan().leases.items()}
+
+
+def test_a_light_round_adopts_a_handed_off_lease_without_renewing(table: LeaseTable) -> None:
+    fleet = Fleet(table, ["k1", "k2"], ["a"])
+    fleet.round()
+    b = fleet.add("b")
+    fleet.round(["a"])  # a hands one key to b (its listener finishes at once)
+    (key,) = [k for k, o in owners(table).items() if o == "b"]
+    b.refresh()
+    assert b.holds(key) and fleet.listeners["b"].acquired == [key]
+    assert b.counters["adopted"] == 1 and b.counters["refreshes"] == 1
+    assert b.counters["renewals"] == 0 and b.counters["ticks"] == 0
+
+
+def test_a_light_round_takes_over_an_expired_lease_at_expiry(table: LeaseTable) -> None:
+    fleet = Fleet(table, ["k1"], ["a", "b"], replicas=1)
+    fleet.round()
+    (holder,) = [m for m, c in fleet.coordinators.items() if c.held_keys()]
+    other = fleet.coordinators["b" if holder == "a" else "a"]
+    fleet.crash(holder)
+    crashed_at = fleet.clock()
+    other.tick()  # has seen the holder's last counter by now
+    ticks, step = other.counters["ticks"], fleet.lease_duration / 30
+    while not other.held_keys():
+        fleet.clock.advance(step)
+        other.refresh()  # light rounds only: no tick is due in this test
+        assert fleet.clock() - crashed_at <= fleet.lease_duration + step, "not taken at expiry"
+    assert fleet.clock() - crashed_at >= fleet.lease_duration - other.tick_interval
+    assert other.counters["takeovers"] == 1 and other.counters["ticks"] == ticks
+
+
+def test_a_finished_handoff_is_written_at_once_not_on_the_next_round(table: LeaseTable) -> None:
+    membership = StaticMembership(["a"], "a")
+    listener = ManualListener()
+    a = LeaseCoordinator(table, membership, ["k1", "k2"], listener, **SLOW).start()
+    try:
+        eventually(lambda: len(a.held_keys()) == 2, what="a to create both leases")
+        membership.set_members(["a", "b"])
+        a.tick()  # plans b in and asks the listener to hand one key off
+        (key,) = listener.requested
+        rounds = (a.counters["ticks"], a.counters["refreshes"])
+        listener.requested[key].set()
+        eventually(lambda: owners(table)[key] == "b", what="the hand-off write")
+        assert (a.counters["ticks"], a.counters["refreshes"]) == rounds  # the loop wrote it
+        assert table.get(key).handed_off_by == "a"  # type: ignore[union-attr]
+    finally:
+        a.stop(graceful=False)
+
+
+def test_graceful_stop_hands_off_as_each_listener_finishes_without_a_tick(table: LeaseTable) -> None:
+    membership = StaticMembership(["a", "b"], "a")
+    listener = ManualListener()
+    a = LeaseCoordinator(table, membership, ["k1", "k2"], listener, warmup_ticks=0, **SLOW)
+    a.tick()  # b is listed but silent: a creates only its own share
+    mine = set(a.held_keys())
+    assert mine
+    a.start()
+    ticks = a.counters["ticks"]
+    result: list[bool] = []
+    stopper = threading.Thread(target=lambda: result.append(a.stop(graceful=True, timeout=30)))
+    stopper.start()
+    eventually(lambda: set(listener.requested) == mine, what="hand-off requests for every lease")
+    for done in listener.requested.values():
+        done.set()
+    stopper.join(30)
+    assert result == [True]
+    assert {k for k, o in owners(table).items() if o == "b"} >= mine
+    assert a.counters["handoffs"] == len(mine)
+    assert a.counters["ticks"] == ticks + 1  # only the first, scheduled tick at start()
+
+
+class BarrierTable(LeaseTable):
+    """Renewals and row creations wait for each other: they succeed only when concurrent."""
+
+    def __init__(self, client: Any, name: str, parties: int):
+        super().__init__(client, name)
+        self.barrier = threading.Barrier(parties, timeout=10)
+        self.armed = False
+
+    def renew(self, lease: Lease, **kwargs: Any) -> Lease:
+        if self.armed:
+            self.barrier.wait()
+        return super().renew(lease, **kwargs)
+
+    def create_lease_if_absent(self, key: str, **kwargs: Any) -> Lease | None:
+        if self.armed:
+            self.barrier.wait()
+        return super().create_lease_if_absent(key, **kwargs)
+
+
+def test_renewals_and_takes_of_one_round_are_sent_concurrently(aws: LocalAWS) -> None:
+    table = BarrierTable(shared_client(aws), "barrier-test", parties=3).ensure_table()
+    clock = FakeClock()
+    a = LeaseCoordinator(table, StaticMembership(["a"], "a"), ["k1", "k2", "k3"], lease_duration=3, clock=clock)
+    table.armed = True
+    a.tick()  # three creations, each waiting for the other two
+    assert a.counters["created"] == 3 and a.counters["lease_loop_errors"] == 0
+    clock.advance(a.tick_interval)
+    table.barrier.reset()
+    a.tick()
+    assert a.counters["renewals"] == 3 and a.counters["lease_loop_errors"] == 0
+    a.stop(graceful=False)
+
+
+class BlockingScanTable(LeaseTable):
+    """A scan that waits for the test while ``hold`` is set."""
+
+    def __init__(self, client: Any, name: str):
+        super().__init__(client, name)
+        self.hold = threading.Event()
+        self.entered = threading.Event()
+        self.release = threading.Event()
+
+    def scan(self, *, page_size: int | None = None) -> TableSnapshot:
+        if self.hold.is_set():
+            self.entered.set()
+            self.release.wait(10)
+        return super().scan(page_size=page_size)
+
+
+def test_a_crash_stop_during_a_round_does_not_hand_anything_off(aws: LocalAWS) -> None:
+    table = BlockingScanTable(shared_client(aws), "crash-stop-test").ensure_table()
+    a = LeaseCoordinator(table, StaticMembership(["a"], "a"), ["k1", "k2"], NoHandoff(),
+                         lease_duration=3, tick_interval=1, scan_interval=0.2)
+    a.start()
+    eventually(lambda: len(a.held_keys()) == 2, what="a to hold both leases")
+    table.hold.set()
+    assert table.entered.wait(10)  # a round is now inside its scan
+    stopper = threading.Thread(target=a.stop, kwargs={"graceful": False})
+    stopper.start()
+    eventually(lambda: a.status().stopping, what="the stop to be requested")
+    table.release.set()  # the round goes on: it must not plan this member out
+    stopper.join(10)
+    assert not stopper.is_alive()
+    assert owners(table) == {"k1": "a", "k2": "a"}  # left to expire, as a crash would
+    assert a.counters["handoffs_requested"] == 0 and a.counters["listener_errors"] == 0
+    assert a.counters["handoffs"] == 0 and a.counters["releases"] == 0
+
+
+class NoHandoff(ManualListener):
+    """Fails the test if a hand-off is ever requested."""
+
+    def on_handoff_requested(self, lease: Lease) -> threading.Event:
+        raise AssertionError(f"hand-off of {lease.key} requested during a crash stop")
