@@ -14,7 +14,7 @@ from botocore.utils import parse_timestamp
 from kinesis.errors import InvalidOptionError
 from spark_integration.options import KinesisOptions
 
-_CLIENTS: dict[tuple[str, str | None, str | None], Any] = {}
+_CLIENTS: dict[tuple[str, str | None, str | None, str], Any] = {}
 _LOCK = threading.Lock()
 
 # Retries of throttling and 5xx are done by kinesis.throttling (jittered, interruptible); the
@@ -39,13 +39,25 @@ def utc_timestamp(value: Any) -> datetime:
         return parsed.astimezone(UTC)
 
 
-def client(service: str, options: KinesisOptions) -> Any:
-    """A cached boto3 client for ``service`` in this process (one per region and endpoint).
+#: ``role`` values: who makes the calls, appended to the User-Agent (AWS-side attribution).
+ROLES = ("driver", "executor")
+
+
+def user_agent_tag(role: str) -> str:
+    """The User-Agent suffix of this source's clients: ``kinesis-hashring-spark/<role>``."""
+    return f"kinesis-hashring-spark/{role}"
+
+
+def client(service: str, options: KinesisOptions, *, role: str = "driver") -> Any:
+    """A cached boto3 client for ``service`` in this process (one per region, endpoint, role).
 
     boto3 clients are thread-safe; Spark reuses Python workers, so the cache saves the client
-    construction (tens of milliseconds) on every task.
+    construction (tens of milliseconds) on every task. ``role`` ("driver" or "executor") is
+    appended to the User-Agent, so the requests of each side can be told apart.
     """
-    key = (service, options.region, options.endpoint_url)
+    if role not in ROLES:
+        raise ValueError(f"role must be one of {ROLES}, got {role!r}")
+    key = (service, options.region, options.endpoint_url, role)
     with _LOCK:
         found = _CLIENTS.get(key)
         if found is None:
@@ -59,6 +71,7 @@ def client(service: str, options: KinesisOptions) -> Any:
                     "(AWS_REGION / AWS_DEFAULT_REGION / profile): set .option('region', ...)",
                     option="region",
                 )
-            found = session.client(service, endpoint_url=options.endpoint_url, config=_CONFIG)
+            config = _CONFIG.merge(Config(user_agent_extra=user_agent_tag(role)))
+            found = session.client(service, endpoint_url=options.endpoint_url, config=config)
             _CLIENTS[key] = found
         return found

@@ -31,6 +31,7 @@ STREAM_OPTIONS = (
     "maxRecordsPerShard",
     "maxRecordsPerTrigger",
     "shardsPerPartition",
+    "maxShippedBytesPerPartition",
     "describeShardInterval",
     "leaseTable",
     "applicationName",
@@ -49,11 +50,18 @@ _TABLE_NAME = re.compile(r"^[a-zA-Z0-9_.-]{3,255}$")
 _REGION = re.compile(r"^[a-z]{2}(-[a-z]+)+-\d+$")
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h)?\s*$")
 _DURATION_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, None: 1.0}
+_BYTES = re.compile(r"^\s*(\d+)\s*([kmg]i?b?|b)?\s*$", re.IGNORECASE)
+_BYTE_UNITS = {"": 1, "b": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30}
 
 #: Kinesis returns at most 10,000 records per GetRecords call; a micro-batch may take more
 #: (several calls) but a cap above this keeps a single shard from starving the others.
 DEFAULT_MAX_RECORDS_PER_SHARD = 10_000
 MAX_RECORDS_PER_SHARD_LIMIT = 1_000_000
+#: Records the driver read ahead ride in the input partition up to this many (Arrow) bytes;
+#: beyond it the executor reads the range from Kinesis again. Spark logs a warning for tasks
+#: over 1000 KiB and refuses serialized tasks over ``spark.rpc.message.maxSize`` (128 MiB).
+DEFAULT_MAX_SHIPPED_BYTES = 4 << 20
+MAX_SHIPPED_BYTES_LIMIT = 64 << 20
 
 
 @dataclass(frozen=True)
@@ -81,6 +89,8 @@ class KinesisOptions:
     max_records_per_shard: int = DEFAULT_MAX_RECORDS_PER_SHARD
     max_records_per_trigger: int | None = None
     shards_per_partition: int = 1
+    max_shipped_bytes_per_partition: int = DEFAULT_MAX_SHIPPED_BYTES
+    """0: never ship records in partitions (executors always read from Kinesis)."""
     describe_shard_interval_s: float = 10.0
     group: GroupOptions | None = None
     raw: tuple[tuple[str, str], ...] = field(default=(), repr=False, compare=False)
@@ -102,6 +112,8 @@ def parse_options(options: Mapping[str, str], *, streaming: bool) -> KinesisOpti
                      low=1, high=MAX_RECORDS_PER_SHARD_LIMIT)
     per_trigger = _int(opts, "maxRecordsPerTrigger", None, low=1, high=2**62)
     per_partition = _int(opts, "shardsPerPartition", 1, low=1, high=10_000)
+    shipped = _bytes(opts, "maxShippedBytesPerPartition", DEFAULT_MAX_SHIPPED_BYTES,
+                     high=MAX_SHIPPED_BYTES_LIMIT)
     interval = _duration(opts, "describeShardInterval", 10.0, low=0.0)
     group = _group(opts, streaming=streaming)
     return KinesisOptions(
@@ -113,6 +125,7 @@ def parse_options(options: Mapping[str, str], *, streaming: bool) -> KinesisOpti
         max_records_per_shard=per_shard if per_shard is not None else DEFAULT_MAX_RECORDS_PER_SHARD,
         max_records_per_trigger=per_trigger,
         shards_per_partition=per_partition if per_partition is not None else 1,
+        max_shipped_bytes_per_partition=shipped,
         describe_shard_interval_s=interval,
         group=group,
         raw=tuple(sorted((k, v) for k, v in opts.items() if not _looks_secret(k))),
@@ -234,6 +247,31 @@ def _int(opts: Mapping[str, str], name: str, default: int | None, *, low: int,
         raise _fail(name, f"{value!r} is not an integer") from None
     if not low <= number <= high:
         raise _fail(name, f"{number} is out of range: use {low}..{high}")
+    return number
+
+
+def parse_bytes(value: str) -> int:
+    """Bytes from '4m', '512k', '4MiB', '1g' (binary units, as Spark's) or a bare number."""
+    match = _BYTES.match(value)
+    if not match:
+        raise ValueError(value)
+    unit = (match.group(2) or "").lower()[:1]
+    return int(match.group(1)) * _BYTE_UNITS[unit]
+
+
+def _bytes(opts: Mapping[str, str], name: str, default: int, *, high: int) -> int:
+    value = opts.get(name.lower())
+    if value is None or value == "":
+        return default
+    try:
+        number = parse_bytes(value)
+    except ValueError:
+        raise _fail(name, f"{value!r} is not a size such as '4m', '512k' or '1048576' "
+                    "(bytes; 0 turns shipping off)") from None
+    if number > high:
+        raise _fail(name, f"{value!r} is too large: use at most {high >> 20}m (Spark sends "
+                    "every task through its RPC layer; larger ranges are better re-read "
+                    "by the executors)")
     return number
 
 

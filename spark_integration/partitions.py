@@ -1,12 +1,16 @@
 """Input partitions (one or a few shard ranges each) and reading them on an executor.
 
 A partition is self-contained: the shard, where to start (exclusive) and where to stop
-(inclusive, or an arrival-time bound for batch reads). ``read`` depends only on the partition
-and the options, as Spark requires (the reader object on an executor is a fresh unpickled copy).
+(inclusive, or an arrival-time bound for batch reads), and, for streaming ranges, possibly the
+range's records themselves, shipped by the driver (:mod:`spark_integration.shipping`). ``read``
+depends only on the partition and the options, as Spark requires (the reader object on an
+executor is a fresh unpickled copy): it yields shipped records as they are, and reads every
+other range from Kinesis.
 """
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -22,6 +26,9 @@ from spark_integration.clients import client
 from spark_integration.offsets import ShardPosition, to_start
 from spark_integration.options import KinesisOptions
 from spark_integration.schema import to_arrow_batch
+from spark_integration.shipping import chunks, decode, shipped_range_is
+
+log = logging.getLogger(__name__)
 
 #: Rows per Arrow batch handed to Spark.
 ARROW_BATCH_ROWS = 5000
@@ -46,16 +53,30 @@ class ShardRange:
 
 
 class ShardRangePartition(InputPartition):
-    """A Spark input partition: one or more :class:`ShardRange` (``shardsPerPartition``)."""
+    """A Spark input partition: one or more :class:`ShardRange` (``shardsPerPartition``).
 
-    def __init__(self, index: int, ranges: Sequence[ShardRange]):
+    ``shipped`` has one entry per range: the range's records as an Arrow IPC stream (exactly
+    the records after ``begin`` up to ``end``) when the driver shipped them, else None.
+    """
+
+    def __init__(self, index: int, ranges: Sequence[ShardRange],
+                 shipped: Sequence[bytes | None] | None = None):
         super().__init__(index)
         self.index = index
         self.ranges = tuple(ranges)
+        self.shipped: tuple[bytes | None, ...] = (
+            tuple(shipped) if shipped is not None else (None,) * len(self.ranges))
+        if len(self.shipped) != len(self.ranges):
+            raise ValueError(f"{len(self.shipped)} payloads for {len(self.ranges)} ranges")
+
+    @property
+    def shipped_bytes(self) -> int:
+        return sum(len(p) for p in self.shipped if p is not None)
 
     def __repr__(self) -> str:
         shards = ",".join(f"{r.stream}/{r.shard_id}" for r in self.ranges)
-        return f"ShardRangePartition({self.index}: {shards})"
+        shipped = sum(p is not None for p in self.shipped)
+        return f"ShardRangePartition({self.index}: {shards}; {shipped} shipped)"
 
 
 def group_ranges(ranges: Sequence[ShardRange], per_partition: int) -> list[ShardRangePartition]:
@@ -68,8 +89,19 @@ def group_ranges(ranges: Sequence[ShardRange], per_partition: int) -> list[Shard
 
 def read_partition(partition: ShardRangePartition, options: KinesisOptions) -> Iterator[Any]:
     """Arrow record batches with every record of the partition's ranges."""
-    kinesis = client("kinesis", options)
-    for shard_range in partition.ranges:
+    kinesis: Any = None
+    for shard_range, payload in zip(partition.ranges, partition.shipped, strict=True):
+        if payload is not None:
+            table = decode(payload)
+            if shard_range.end is not None and shipped_range_is(table, shard_range.begin,
+                                                                 shard_range.end):
+                yield from chunks(table, ARROW_BATCH_ROWS)
+                continue
+            log.warning("records shipped for %s/%s do not match the range after %s up to %s; "
+                        "reading it from Kinesis", shard_range.stream, shard_range.shard_id,
+                        shard_range.begin, shard_range.end)
+        if kinesis is None:
+            kinesis = client("kinesis", options, role="executor")
         chunk: list[Record] = []
         for record in read_shard_range(kinesis, shard_range):
             chunk.append(record)

@@ -1,9 +1,10 @@
 """Fix a micro-batch's end on the driver: read ahead in each shard to the last record it admits.
 
 Kinesis has no "latest offset" call, so the driver reads the records the next batch will take
-(GetRecords, capped by the read limits) and keeps only the position of the last one. The
-executors read the same range again, so every record is fetched twice (driver and executor);
-the driver keeps one :class:`~kinesis.reader.ShardReader` per shard between batches, so the
+(GetRecords, capped by the read limits) and returns the position of the last one. With a
+:class:`~spark_integration.shipping.ReadAheadCache` it also keeps those records (exactly the
+range it fixed), so they can ride to the executors inside the input partitions instead of being
+fetched a second time there. The driver keeps one :class:`~kinesis.reader.ShardReader` per shard between batches, so the
 next probe continues where the last one stopped (no extra GetShardIterator, and records read
 past a cap are held back in memory for the next batch instead of being fetched again). A shard
 with a backlog is read ahead in the background while Spark runs the batch.
@@ -24,6 +25,7 @@ from kinesis.positions import Position
 from kinesis.reader import MAX_GET_RECORDS_LIMIT, ShardReader
 from kinesis.records import Record
 from spark_integration.offsets import ShardPosition, to_start
+from spark_integration.shipping import ReadAheadCache
 
 
 @dataclass
@@ -75,6 +77,8 @@ class Prober:
     kinesis: Any
     batch_limit: int = MAX_GET_RECORDS_LIMIT
     read_ahead: ThreadPoolExecutor | None = None
+    cache: ReadAheadCache | None = None
+    """Keeps each probe's records (the range it fixed) for shipping in the partitions."""
     _slots: dict[str, _Slot] = field(default_factory=dict)
     stats: ProbeStats = field(default_factory=ProbeStats)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
@@ -93,8 +97,11 @@ class Prober:
         ``until_ms`` (Trigger.AvailableNow) excludes records that arrived after it.
         """
         if budget is not None and budget <= 0:
+            if self.cache is not None:
+                self.cache.discard(key)
             return ProbeResult(begin, 0, False)
         slot = self._slot(key, stream, shard_id, begin, budget)
+        kept = self.cache.collector() if self.cache is not None else None
         reader = slot.reader
         calls, iterators = reader.stats.get_records_calls, reader.stats.iterators_acquired
         until = datetime.fromtimestamp(until_ms / 1000, tz=UTC) if until_ms is not None else None
@@ -116,6 +123,14 @@ class Prober:
                 break
             last = record.position
             count += 1
+            if kept is not None:
+                kept.add(record)
+        if self.cache is not None:
+            # Exactly the records in (begin, last]: what an executor would read for that range.
+            if kept is not None and not kept.overflowed and isinstance(last, Position):
+                self.cache.put(key, begin, last, kept.records)
+            else:
+                self.cache.discard(key)
         ended = reader.shard_ended and not slot.buffer
         with self._lock:
             self.stats.get_records_calls += reader.stats.get_records_calls - calls
@@ -149,6 +164,8 @@ class Prober:
         with self._lock:
             for key in [k for k in self._slots if k not in keep]:
                 del self._slots[key]
+        if self.cache is not None:
+            self.cache.forget(keep)
 
 
 def _read_ahead(slot: _Slot) -> None:

@@ -4,6 +4,9 @@ Exactly the same records on a replay: Spark writes a batch's end offset to its o
 before the batch runs. ``latestOffset`` therefore fixes, on the driver, the last record each
 shard contributes (see :mod:`spark_integration.probe`), and ``read`` stops exactly there. A
 replay after a crash gets the same (start, end) pair from the log, hence the same records.
+The records the driver read to fix the end travel to the executors inside the partitions when
+the planned range is the one the driver read (:mod:`spark_integration.shipping`); any other
+range, a replay after a restart in particular, is read from Kinesis by the executor.
 
 Read limits (Spark 4.2+): ``latestOffset(start, limit)`` honours ``ReadMaxRows`` (the
 ``maxRecordsPerTrigger`` option, split evenly over the shards) together with the per-shard cap
@@ -48,6 +51,7 @@ from spark_integration.partitions import (
     read_partition,
 )
 from spark_integration.probe import Prober
+from spark_integration.shipping import ReadAheadCache, encode
 
 log = logging.getLogger(__name__)
 
@@ -134,8 +138,11 @@ class KinesisStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             # Spark < 4.2: this is the batch that runs now; the next one starts at its end
             # (or, for the empty offset answered after a restart, at its start).
             self._state.last_seen = stop if stop.shards or not begin.shards else begin
-        return plan_partitions(begin, stop, self.options.shards_per_partition,
-                               self.options.max_records_per_shard)
+        planned = plan_partitions(begin, stop, self.options.shards_per_partition,
+                                  self.options.max_records_per_shard)
+        if self._state is None:  # nothing read ahead in this process (e.g. after a restart)
+            return planned
+        return ship_partitions(planned, self._state.cache)
 
     def read(self, partition: InputPartition) -> Any:
         assert isinstance(partition, ShardRangePartition)
@@ -166,6 +173,41 @@ def plan_partitions(begin: SourceOffset, end: SourceOffset, per_partition: int,
     return list(group_ranges(ranges, per_partition))
 
 
+def ship_partitions(partitions: list[InputPartition],
+                    cache: ReadAheadCache) -> list[InputPartition]:
+    """Put the cached records of each range into its partition, within the partition's cap.
+
+    A range is shipped only when the cache holds exactly its records (see
+    :meth:`ReadAheadCache.take`); ranges that would take the partition's payload over
+    ``maxShippedBytesPerPartition`` ship nothing and are read from Kinesis by the executor.
+    """
+    if not cache.enabled:
+        return partitions
+    out: list[InputPartition] = []
+    for partition in partitions:
+        assert isinstance(partition, ShardRangePartition)
+        shipped: list[bytes | None] = []
+        room = cache.max_bytes_per_partition
+        for r in partition.ranges:
+            shipped.append(None)
+            if r.end is None:
+                continue
+            batch = cache.take(shard_key(r.stream, r.shard_id), r.begin, r.end)
+            if batch is None:
+                continue
+            payload = encode(batch)
+            if len(payload) > room:
+                cache.stats.over_cap += 1
+                continue
+            room -= len(payload)
+            shipped[-1] = payload
+            cache.stats.shipped_ranges += 1
+            cache.stats.shipped_records += batch.num_rows
+            cache.stats.shipped_bytes += len(payload)
+        out.append(ShardRangePartition(partition.index, partition.ranges, shipped))
+    return out
+
+
 class _DriverState:
     """Everything the driver keeps between micro-batches."""
 
@@ -178,8 +220,10 @@ class _DriverState:
         }
         self.read_ahead = ThreadPoolExecutor(max_workers=PROBE_THREADS,
                                              thread_name_prefix="kinesis-read-ahead")
+        self.cache = ReadAheadCache(options.max_shipped_bytes_per_partition)
         self.prober = Prober(self.kinesis, batch_limit=min(10_000, options.max_records_per_shard),
-                             read_ahead=self.read_ahead)
+                             read_ahead=self.read_ahead,
+                             cache=self.cache if self.cache.enabled else None)
         self.last_seen: SourceOffset | None = None
         self.initial: SourceOffset | None = None
         self.pool: ThreadPoolExecutor | None = None
@@ -297,10 +341,12 @@ class _DriverState:
         return per_shard, None
 
     def committed(self, end: SourceOffset) -> None:
+        self.cache.committed(end)
         if self.group is not None:
             self.group.checkpoint(end)
 
     def close(self) -> None:
+        self.cache.clear()
         self.read_ahead.shutdown(wait=False, cancel_futures=True)
         if self.pool is not None:
             self.pool.shutdown(wait=False, cancel_futures=True)

@@ -5,10 +5,14 @@ from __future__ import annotations
 import json
 import os
 import sys
+import threading
 import time
-from collections.abc import Callable, Iterable
+from collections import Counter
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from typing import Any
+from unittest import mock
 
 
 def make_session(master: str = "local[2]", app_name: str = "kinesis-hashring-tests") -> Any:
@@ -88,3 +92,37 @@ def wait_for(predicate: Callable[[], bool], timeout: float, what: str,
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out after {timeout} s waiting for {what}")
         time.sleep(interval)
+
+
+@contextmanager
+def kinesis_calls(operations: Iterable[str] = ("get_records", "get_shard_iterator")
+                  ) -> Iterator[Counter[tuple[str, str]]]:
+    """Count the Kinesis requests the in-process moto server answers, by (operation, role).
+
+    The role comes from the User-Agent the source's clients send
+    (``kinesis-hashring-spark/driver`` or ``/executor``); other clients count as "other". It
+    sees every process (Spark's planner and executor Python workers too), since they all
+    talk HTTP to this server. Operations are moto's method names, e.g. ``"get_records"``.
+    """
+    from moto.kinesis.responses import KinesisResponse
+
+    counts: Counter[tuple[str, str]] = Counter()
+    lock = threading.Lock()
+
+    def counting(name: str, original: Callable[..., Any]) -> Callable[..., Any]:
+        def wrapper(self: Any, *args: Any, **kwargs: Any) -> Any:
+            agent = str(self.headers.get("User-Agent", ""))
+            role = "other"
+            for candidate in ("driver", "executor"):
+                if f"kinesis-hashring-spark/{candidate}" in agent:
+                    role = candidate
+            with lock:
+                counts[(name, role)] += 1
+            return original(self, *args, **kwargs)
+        return wrapper
+
+    with ExitStack() as stack:
+        for name in operations:
+            original = getattr(KinesisResponse, name)
+            stack.enter_context(mock.patch.object(KinesisResponse, name, counting(name, original)))
+        yield counts

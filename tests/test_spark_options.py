@@ -7,7 +7,13 @@ import pickle
 import pytest
 
 from kinesis.errors import ConfigurationError, InvalidOptionError
-from spark_integration.options import parse_duration_s, parse_options, parse_timestamp_ms
+from spark_integration.options import (
+    DEFAULT_MAX_SHIPPED_BYTES,
+    parse_bytes,
+    parse_duration_s,
+    parse_options,
+    parse_timestamp_ms,
+)
 
 
 def parse(streaming: bool = True, **opts: str):
@@ -45,6 +51,10 @@ def test_defaults_and_case_insensitive_keys() -> None:
         ({"maxRecordsPerTrigger": "-5"}, "maxRecordsPerTrigger", "out of range"),
         ({"shardsPerPartition": "1.5"}, "shardsPerPartition", "not an integer"),
         ({"describeShardInterval": "often"}, "describeShardInterval", "duration"),
+        ({"maxShippedBytesPerPartition": "lots"}, "maxShippedBytesPerPartition", "'4m'"),
+        ({"maxShippedBytesPerPartition": "-1"}, "maxShippedBytesPerPartition", "0 turns"),
+        ({"maxShippedBytesPerPartition": "1.5m"}, "maxShippedBytesPerPartition", "size"),
+        ({"maxShippedBytesPerPartition": "65m"}, "maxShippedBytesPerPartition", "at most 64m"),
         ({"maxRecordPerShard": "5"}, "maxrecordpershard", "Did you mean 'maxRecordsPerShard'"),
         ({"awsSecretAccessKey": "s3cr3t-value"}, "awssecretaccesskey", "credential chain"),
         ({"applicationName": "app"}, "applicationName", "set 'leaseTable'"),
@@ -106,3 +116,12 @@ def test_timestamps_and_durations() -> None:
     assert parse_duration_s("250ms") == 0.25
     assert parse_duration_s("2m") == 120.0
     assert parse_duration_s("7") == 7.0
+
+
+def test_shipped_bytes_cap() -> None:
+    assert parse().max_shipped_bytes_per_partition == DEFAULT_MAX_SHIPPED_BYTES == 4 << 20
+    assert parse(maxShippedBytesPerPartition="512k").max_shipped_bytes_per_partition == 512 << 10
+    assert parse(MAXSHIPPEDBYTESPERPARTITION="0").max_shipped_bytes_per_partition == 0
+    assert parse(maxShippedBytesPerPartition="64MiB").max_shipped_bytes_per_partition == 64 << 20
+    assert [parse_bytes(v) for v in ("4m", "4MB", "2g", "1048576", "7b")] == [
+        4 << 20, 4 << 20, 2 << 30, 1 << 20, 7]

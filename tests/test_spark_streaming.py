@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from kinesis.testing import LocalAWS
-from tests.spark_support import create_stream, put_json, read_json_sink, wait_for
+from tests.spark_support import create_stream, kinesis_calls, put_json, read_json_sink, wait_for
 
 pytestmark = pytest.mark.slow
 
@@ -109,11 +109,16 @@ def test_exactly_once_into_file_sink_across_restarts(spark: Any, aws: LocalAWS,
         return (rows.writeStream.format("json").option("path", str(out))
                 .option("checkpointLocation", str(checkpoint)).start())
 
-    # 1) run, then stop between batches
-    query = start()
-    query.processAllAvailable()
-    query.stop()
+    # 1) run, then stop between batches. The driver ships the records it read to fix each
+    # batch's end inside the partitions: executors make no Kinesis call at all.
+    with kinesis_calls() as calls:
+        query = start()
+        query.processAllAvailable()
+        query.stop()
     assert len(_offsets_log(checkpoint)) >= 3  # 60 records, <= 8 per shard and batch
+    assert calls[("get_records", "driver")] >= 3  # the counter sees the Spark processes
+    assert calls[("get_records", "executor")] == 0, calls
+    assert calls[("get_shard_iterator", "executor")] == 0, calls
     produce(range(60, 100))
 
     # 2) restart from the checkpoint and stop inside a batch
@@ -131,10 +136,13 @@ def test_exactly_once_into_file_sink_across_restarts(spark: Any, aws: LocalAWS,
     interrupted_end = logged[interrupted]
 
     # 3) restart: the interrupted batch is replayed with the same offsets, then the rest
+    # (a new driver holds no read-ahead for the logged batch: its executors re-read it)
     produce(range(100, 130))
-    query = start()
-    query.processAllAvailable()
-    query.stop()
+    with kinesis_calls() as calls:
+        query = start()
+        query.processAllAvailable()
+        query.stop()
+    assert calls[("get_records", "executor")] >= 1, calls
 
     rows = read_json_sink(out)
     ids = [json.loads(r["body"])["id"] for r in rows]
