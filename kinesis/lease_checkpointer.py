@@ -13,8 +13,6 @@ by the lease's owner and counter and by ``checkpointOrder <= new`` in DynamoDB, 
 
 from __future__ import annotations
 
-import threading
-import time
 from typing import Protocol
 
 from kinesis.errors import LeaseLostError
@@ -30,14 +28,6 @@ class CheckpointSink(Protocol):
         """Write ``checkpoint`` to the held lease ``key``; raise LeaseLostError if not held."""
         ...
 
-    def holds(self, key: str) -> bool:
-        """True while this member may process ``key`` (held and renewed in time)."""
-        ...
-
-    def lease(self, key: str) -> Lease | None:
-        """The held lease, or None once it is lost, handed off or released."""
-        ...
-
 
 class LeaseCheckpointer(CheckpointerBase):
     """Checkpoints one shard lease through the coordinator (thread-safe)."""
@@ -49,17 +39,12 @@ class LeaseCheckpointer(CheckpointerBase):
         stream_name: str,
         shard_id: str,
         last_checkpoint: Position | None = None,
-        *,
-        renewal_wait: float = 10.0,
     ):
         super().__init__(stream_name, shard_id, last_checkpoint)
         self.sink = sink
         self.key = key
-        self.renewal_wait = renewal_wait
         self.writes = 0
         """Checkpoints persisted by this checkpointer."""
-        self.renewal_waits = 0
-        """Checkpoints that waited for a late renewal before they could be written."""
 
     def _persist(self, position: Position | None, *, shard_end: bool) -> None:
         if shard_end:
@@ -67,29 +52,11 @@ class LeaseCheckpointer(CheckpointerBase):
         else:
             assert position is not None
             checkpoint = Checkpoint(position.sequence_number, position.sub_sequence_number)
-        deadline: float | None = None
-        while True:
-            try:
-                self.sink.checkpoint(self.key, checkpoint)
-                break
-            except LeaseLostError:
-                # The coordinator refuses to write once its renewal is late (its local validity
-                # ran out) but keeps the lease until its next renewal either succeeds
-                # (conditional on the counter: nobody took the lease meanwhile) or fails (the
-                # lease is dropped). Wait for that verdict and retry; give up only when the lease
-                # is really gone, or after ``renewal_wait`` as a backstop.
-                if deadline is None:
-                    deadline = time.monotonic() + self.renewal_wait
-                    self.renewal_waits += 1
-                if not self._renewed(deadline):
-                    self.mark_lease_lost()
-                    raise
+        try:
+            # also written when the last renewal is late: fenced by the counter, it succeeds
+            # only if nobody took the lease meanwhile (and then it renews the lease)
+            self.sink.checkpoint(self.key, checkpoint)
+        except LeaseLostError:
+            self.mark_lease_lost()
+            raise
         self.writes += 1
-
-    def _renewed(self, deadline: float) -> bool:
-        pause = threading.Event()
-        while self.sink.lease(self.key) is not None and time.monotonic() < deadline:
-            if self.sink.holds(self.key):
-                return True
-            pause.wait(0.05)
-        return False

@@ -203,10 +203,7 @@ class ShardConsumer:
         start = checkpoint.to_start_position()
         assert start is not None
         last = start if isinstance(start, Position) else None
-        checkpointer = LeaseCheckpointer(
-            coordinator, self.key, self.spec.stream, self.shard_id, last,
-            renewal_wait=10 * self.pool.config.lease_duration,
-        )
+        checkpointer = LeaseCheckpointer(coordinator, self.key, self.spec.stream, self.shard_id, last)
         self.checkpointer = checkpointer
         processor = self.processor_factory()
         if not isinstance(processor, RecordProcessor):
