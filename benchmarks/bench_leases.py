@@ -7,7 +7,8 @@ units of the lease duration D (10 s, KCL's default failover time) and of our tic
 (D / 3). Each system starts from the same free lease rows.
 
 * ours: ``LeaseCoordinator`` (balanced plan, graceful hand-off, replicas=1), one tick every
-  D / 3 (renew, scan, plan, act), static membership (membership changes are instantaneous
+  D / 3 (renew, scan, plan, act) and two light rounds between ticks (scan, plan, act; the
+  default ``scan_interval``), static membership (membership changes are instantaneous
   here: we time the lease loop, not the membership source);
 * baseline: KCL 2.x's ``DynamoDBLeaseTaker`` + ``DynamoDBLeaseRenewer`` with their
   published defaults: renewer every D / 3, taker every 2 x (D + 25 ms); the taker counts
@@ -64,6 +65,7 @@ from kinesis.testing import LocalAWS  # noqa: E402
 
 D = 10.0  # lease duration / KCL failover time (s)
 TICK = D / 3
+SCAN = TICK / 3  # our light rounds between ticks (scan_interval default)
 KCL_TAKER_INTERVAL = 2 * (D + 0.025)
 KCL_RENEW_INTERVAL = D / 3
 RESULTS = ROOT / "benchmarks" / "results" / "leases.json"
@@ -135,6 +137,9 @@ class OurMember:
 
     def act(self) -> None:
         self.coordinator.tick()
+
+    def refresh(self) -> None:
+        self.coordinator.refresh()
 
     def held(self) -> set[str]:
         return {k for k in self.coordinator.held_keys() if self.coordinator.holds(k)}
@@ -238,6 +243,8 @@ class Fleet:
                 other.membership.set_members(members)
             self.members[name] = member
             self.scheduler.every(f"{name}/tick", now + phase, TICK, member.act)
+            for i in (1, 2):
+                self.scheduler.every(f"{name}/scan{i}", now + phase + i * SCAN, TICK, member.refresh)
         else:
             worker = KclWorker(table, name, self.clock, self.rng)
             self.members[name] = worker
@@ -343,6 +350,8 @@ def requests_per_member_minute(system: str, aws: LocalAWS, n_keys: int) -> dict[
             coordinator = LeaseCoordinator(table, membership, keys, lease_duration=D, replicas=1, clock=fleet.clock)
             fleet.members[name] = coordinator
             fleet.scheduler.every(f"{name}/tick", i * TICK / 5, TICK, coordinator.tick)
+            for j in (1, 2):
+                fleet.scheduler.every(f"{name}/scan{j}", i * TICK / 5 + j * SCAN, TICK, coordinator.refresh)
         fleet.settle(4 * D, track=False)
         counts = {n: len(c.held_keys()) for n, c in fleet.members.items()}
     else:

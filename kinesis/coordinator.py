@@ -526,6 +526,7 @@ class LeaseCoordinator:
         is handed off or the deadline passes."""
         next_tick = time.monotonic()
         last_round = -math.inf
+        expiry_at = math.inf  # a light round when a lease this member saw is due to expire
         stop_seen = False
         while True:
             now = time.monotonic()
@@ -545,12 +546,15 @@ class LeaseCoordinator:
                 self.tick()
                 last_round = now
                 next_tick = max(next_tick + self.tick_interval, time.monotonic())
-            elif now - last_round >= self.scan_interval and next_tick - now >= self.scan_interval / 2:
+            elif now >= expiry_at or (
+                now - last_round >= self.scan_interval and next_tick - now >= self.scan_interval / 2
+            ):
                 self.refresh()
                 last_round = now
             self._complete_ready_handoffs()
             now = time.monotonic()
-            wait = min(next_tick, last_round + self.scan_interval) - now
+            expiry_at = now + self._next_expiry()
+            wait = min(next_tick, last_round + self.scan_interval, expiry_at) - now
             if self._pending_handoffs():
                 wait = min(wait, _COMPLETION_POLL)
             if self._stop_event.is_set():
@@ -579,6 +583,19 @@ class LeaseCoordinator:
                     self._last_tick_at = self.clock()
                 else:
                     self._count("refreshes")
+
+    def _next_expiry(self) -> float:
+        """Seconds until the next lease held by someone else expires unless renewed (a
+        crashed holder's leases are then taken at that moment, not at the next round)."""
+        now = self.clock()
+        with self._lock:
+            due = [
+                seen.since + self.lease_duration - now
+                for key, seen in self._seen.items()
+                if seen.owner not in (None, self.member_id) and key not in self._held
+            ]
+        future = [d for d in due if d > 0]
+        return min(future) + _EXPIRY_MARGIN if future else math.inf
 
     def _pending_handoffs(self) -> bool:
         with self._lock:
@@ -1045,6 +1062,7 @@ def _raise_first(results: list[Any]) -> None:
         if isinstance(r, BaseException):
             raise r
 _COMPLETION_POLL = 0.05  # seconds between looks at pending hand-off completions (local state)
+_EXPIRY_MARGIN = 0.005  # run the expiry round just after the expiry, not just before it
 
 
 def _seconds(name: str, value: object) -> float:

@@ -194,3 +194,37 @@ class NoHandoff(ManualListener):
 
     def on_handoff_requested(self, lease: Lease) -> threading.Event:
         raise AssertionError(f"hand-off of {lease.key} requested during a crash stop")
+
+
+class AcquireStamps(ManualListener):
+    """Records the coordinator's round counters at each acquisition."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.coordinator: LeaseCoordinator | None = None
+        self.stamps: list[tuple[int, int]] = []
+
+    def on_lease_acquired(self, lease: Lease) -> None:
+        assert self.coordinator is not None
+        counters = self.coordinator.counters
+        self.stamps.append((counters["ticks"], counters["refreshes"]))
+        super().on_lease_acquired(lease)
+
+
+def test_a_dead_holders_lease_is_taken_the_moment_it_expires(table: LeaseTable) -> None:
+    # ticks every 1.2 s, no regular light rounds (scan_interval = tick_interval): the lease of
+    # a silent holder, first seen at a tick, expires 3 s later, between two ticks
+    listener = AcquireStamps()
+    b = LeaseCoordinator(table, StaticMembership(["b", "ghost"], "b"), ["k1"], listener,
+                         lease_duration=3, tick_interval=1.2, scan_interval=1.2, replicas=1)
+    listener.coordinator = b
+    table.create_lease_if_absent("k1", owner="ghost")  # a holder that never renews
+    b.start()
+    try:
+        eventually(lambda: b.held_keys() == ("k1",), what="b to take the dead holder's lease")
+        ticks, refreshes = listener.stamps[0]
+        eventually(lambda: b.counters["refreshes"] == refreshes + 1, what="the round to end")
+        assert b.counters["ticks"] == ticks  # taken by a round at the expiry, not by a tick
+        assert b.counters["takeovers"] == 1
+    finally:
+        b.stop(graceful=False)
