@@ -3,11 +3,12 @@
 Kinesis has no "latest offset" call, so the driver reads the records the next batch will take
 (GetRecords, capped by the read limits) and returns the position of the last one. With a
 :class:`~spark_integration.shipping.ReadAheadCache` it also keeps those records (exactly the
-range it fixed), so they can ride to the executors inside the input partitions instead of being
-fetched a second time there. The driver keeps one :class:`~kinesis.reader.ShardReader` per shard between batches, so the
-next probe continues where the last one stopped (no extra GetShardIterator, and records read
-past a cap are held back in memory for the next batch instead of being fetched again). A shard
-with a backlog is read ahead in the background while Spark runs the batch.
+range it fixed), so they can ride to the executors inside the input partitions instead of
+being fetched a second time there. The driver keeps one :class:`~kinesis.reader.ShardReader`
+per shard between batches, so the next probe continues where the last one stopped (no extra
+GetShardIterator, and records read past a cap are held back in memory for the next batch
+instead of being fetched again). A shard with a backlog is read ahead in the background while
+Spark runs the batch.
 """
 
 from __future__ import annotations
