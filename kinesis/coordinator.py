@@ -139,6 +139,7 @@ class _Held:
     lock: threading.Lock = field(default_factory=threading.Lock)
     handoff: _Handoff | None = None
     gone: bool = False
+    started: bool = True  # False: adopted while stopping, handed on without processing
 
 
 @dataclass
@@ -559,6 +560,9 @@ class LeaseCoordinator:
                 wait = min(wait, _COMPLETION_POLL)
             if self._stop_event.is_set():
                 wait = min(wait, self._deadline - now)
+                with self._lock:
+                    if not self._held:
+                        continue  # all handed off: end now
             if wait > 0 and self._wake.wait(wait):
                 self._wake.clear()
 
@@ -753,7 +757,7 @@ class LeaseCoordinator:
                 del self._held[key]
         if notify:
             self._count("leases_lost")
-            if h.handoff is None or not _done(h.handoff.completion):
+            if h.started and (h.handoff is None or not _done(h.handoff.completion)):
                 self._call_listener("on_lease_lost", h.lease)
 
     def _observe(self, snapshot: TableSnapshot, now: float) -> set[str]:
@@ -911,10 +915,13 @@ class LeaseCoordinator:
         h = _Held(lease, sent, sent + self.lease_duration - self.tick_interval)
         with self._lock:
             self._held[key] = h
-            self._fresh.add(key)
+            if self._stopping:  # handed to a leaving member: pass it on, do not process it
+                h.started = False
+            else:
+                self._fresh.add(key)
         self._count(kind)
         log.info("%s: %s lease %s (counter %d)", self.member_id, kind, key, lease.counter)
-        if not self._call_listener("on_lease_acquired", lease):
+        if h.started and not self._call_listener("on_lease_acquired", lease):
             with h.lock:
                 if not h.gone:
                     try:
@@ -966,7 +973,7 @@ class LeaseCoordinator:
                     counted = True
                 else:
                     counted = False
-                completion = self._request_handoff(h.lease)
+                completion = self._request_handoff(h.lease) if h.started else None
                 with self._lock:
                     h.handoff = _Handoff(completion, now, target, counted=counted)
                 if isinstance(completion, concurrent.futures.Future):

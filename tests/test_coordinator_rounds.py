@@ -228,3 +228,30 @@ def test_a_dead_holders_lease_is_taken_the_moment_it_expires(table: LeaseTable) 
         assert b.counters["takeovers"] == 1
     finally:
         b.stop(graceful=False)
+
+
+def test_a_leaving_member_passes_on_a_lease_handed_to_it_without_processing_it(table: LeaseTable) -> None:
+    table.create_lease_if_absent("kx", owner="ghost")  # held by a member the fleet never sees
+    fleet = Fleet(table, ["k1", "k2", "kx"], ["a", "b"], manual_handoffs=True)
+    fleet.round()
+    leaver = next(m for m in ("a", "b") if fleet.coordinators[m].held_keys())
+    other = "b" if leaver == "a" else "a"
+    coordinator = fleet.coordinators[leaver]
+    result: list[bool] = []
+    stopper = threading.Thread(target=lambda: result.append(coordinator.stop(graceful=True, timeout=30)))
+    stopper.start()  # its own keys wait for a listener that the test finishes later
+    eventually(lambda: set(fleet.listeners[leaver].handoffs) == set(coordinator.held_keys()),
+               what="hand-off requests")
+    ghost = table.get("kx")
+    assert ghost is not None
+    try:
+        table.handoff(ghost, leaver)  # someone hands kx to the member that is leaving
+        eventually(lambda: (table.get("kx").owner, table.get("kx").handed_off_by) == (other, leaver),  # type: ignore[union-attr]
+                   what="kx passed on to the remaining member")
+        assert "kx" not in fleet.listeners[leaver].acquired  # never started processing it
+        assert "kx" not in fleet.listeners[leaver].handoffs  # nor asked the listener to stop it
+    finally:
+        for key in list(fleet.listeners[leaver].handoffs):
+            fleet.listeners[leaver].finish(key)
+        stopper.join(30)
+    assert result == [True]
