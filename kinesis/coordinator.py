@@ -547,15 +547,13 @@ class LeaseCoordinator:
                 self.tick()
                 last_round = now
                 next_tick = max(next_tick + self.tick_interval, time.monotonic())
-            elif now >= expiry_at or (
-                now - last_round >= self.scan_interval and next_tick - now >= self.scan_interval / 2
-            ):
+            elif now >= min(expiry_at, self._next_scan(last_round, next_tick)):
                 self.refresh()
                 last_round = now
             self._complete_ready_handoffs()
             now = time.monotonic()
             expiry_at = now + self._next_expiry()
-            wait = min(next_tick, last_round + self.scan_interval, expiry_at) - now
+            wait = min(next_tick, self._next_scan(last_round, next_tick), expiry_at) - now
             if self._pending_handoffs():
                 wait = min(wait, _COMPLETION_POLL)
             if self._stop_event.is_set():
@@ -587,6 +585,12 @@ class LeaseCoordinator:
                     self._last_tick_at = self.clock()
                 else:
                     self._count("refreshes")
+
+    def _next_scan(self, last_round: float, next_tick: float) -> float:
+        """When the next light round is due: ``scan_interval`` after the last round, unless
+        the next tick comes less than half an interval later (then the tick does it)."""
+        due = last_round + self.scan_interval
+        return next_tick if next_tick - due < self.scan_interval / 2 else due
 
     def _next_expiry(self) -> float:
         """Seconds until the next lease held by someone else expires unless renewed (a

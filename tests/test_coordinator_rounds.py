@@ -255,3 +255,27 @@ def test_a_leaving_member_passes_on_a_lease_handed_to_it_without_processing_it(t
             fleet.listeners[leaver].finish(key)
         stopper.join(30)
     assert result == [True]
+
+
+class CountingCoordinator(LeaseCoordinator):
+    """Counts the loop's passes (each computes the next expiry once)."""
+
+    passes = 0
+
+    def _next_expiry(self) -> float:
+        self.passes += 1
+        return super()._next_expiry()
+
+
+def test_the_loop_sleeps_between_rounds_instead_of_spinning(table: LeaseTable) -> None:
+    # a light-round slot 0.1 s before each tick is skipped (the tick does the work): the loop
+    # must then sleep until the tick, not spin through that gap
+    a = CountingCoordinator(table, StaticMembership(["a"], "a"), ["k1"], lease_duration=1.2,
+                            tick_interval=0.6, scan_interval=0.25)
+    a.start()
+    try:
+        eventually(lambda: a.counters["ticks"] >= 5, what="five ticks")
+    finally:
+        a.stop(graceful=False)
+    rounds = a.counters["ticks"] + a.counters["refreshes"]
+    assert a.passes <= 3 * rounds + 5, f"{a.passes} loop passes for {rounds} rounds"
