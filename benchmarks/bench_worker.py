@@ -1,7 +1,7 @@
 """Worker throughput: records/s through a :class:`kinesis.Worker` vs a plain boto3 GetRecords loop.
 
 Same moto server (its own process, HTTP on 127.0.0.1, so it does not share the GIL with what
-is measured), same stream, same process, same run; the variants alternate, best of 3 rounds.
+is measured), same stream, same process, same run; the variants alternate, best of 5 rounds.
 Both read every shard concurrently, one thread per shard:
 
 * baseline: GetShardIterator(TRIM_HORIZON), then GetRecords(Limit=10000) until caught up,
@@ -161,7 +161,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=RESULTS / "worker.json")
     args = parser.parse_args(argv)
     logging.getLogger("werkzeug").setLevel(logging.ERROR)
-    shards, records, rounds = (2, 8_000, 2) if args.quick else (4, 40_000, 3)
+    shards, records, rounds = (2, 8_000, 2) if args.quick else (4, 40_000, 5)
     variants = {"baseline": None, "worker, checkpoint every 1 s": 1.0, "worker, checkpoint every batch": 0.0}
     rates: dict[str, list[float]] = {name: [] for name in variants}
     startup: list[float] = []
