@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from hashring import Membership, StaticMembership
+from hashring import Membership
 from kinesis.coordinator import Completion, LeaseCoordinator
 from kinesis.errors import CheckpointRegressionError, KinesisHashRingError, LeaseLostError
 from kinesis.lease_model import SHARD_END, Checkpoint, Lease, TableSnapshot
@@ -35,6 +35,11 @@ from kinesis.leases import LeaseTable
 from kinesis.positions import Position
 from kinesis.shards import ShardDiscovery, ready_shards
 from spark_integration.clients import client
+from spark_integration.membership import (
+    build_membership,
+    close_membership,
+    open_kubernetes_membership,
+)
 from spark_integration.offsets import (
     Initial,
     ShardPosition,
@@ -101,8 +106,16 @@ class GroupSession:
         self._closing = False
         start_ms = int(time.time() * 1000)
         self.start_checkpoint = self._initial_checkpoint(start_ms)
-        self.table = LeaseTable.open(client("dynamodb", options), group.lease_table)
-        self.membership = self._membership()
+        # Kubernetes first: a bad configuration fails the query before any table is touched.
+        kube = open_kubernetes_membership(group) if group.membership == "kubernetes" else None
+        try:
+            self.table = LeaseTable.open(client("dynamodb", options), group.lease_table)
+        except BaseException:
+            if kube is not None:
+                close_membership(kube)
+            raise
+        self.membership: Membership = (
+            kube if kube is not None else build_membership(group, self.table))
         self.coordinator = LeaseCoordinator(
             self.table,
             self.membership,
@@ -122,19 +135,6 @@ class GroupSession:
         ms = self.options.initial_timestamp_ms if position == "AT_TIMESTAMP" else start_ms
         assert ms is not None
         return Checkpoint.at_timestamp(datetime.fromtimestamp(ms / 1000, tz=UTC))
-
-    def _membership(self) -> Membership:
-        g = self.group
-        if g.membership == "static":
-            return StaticMembership(list(g.members), g.member_id)
-        if g.membership == "kubernetes":
-            from hashring.membership.kubernetes import KubernetesMembership
-
-            membership: Membership = KubernetesMembership(pod_name=g.member_id)
-            return membership
-        from kinesis.membership import DynamoDBMembership
-
-        return DynamoDBMembership(self.table, g.member_id, member_timeout=g.lease_duration_s)
 
     # -- lease keys --------------------------------------------------------------------
     def lease_key(self, key: str) -> str:
@@ -267,7 +267,10 @@ class GroupSession:
             for state in self._shards.values():
                 if state.draining is not None:
                     state.draining.set()
-        self.coordinator.stop(graceful=True)
+        try:
+            self.coordinator.stop(graceful=True)
+        finally:
+            close_membership(self.membership)
 
 
 def _start_of(cp: Checkpoint) -> ShardPosition:

@@ -8,6 +8,7 @@ normal boto3 chain (environment, profile, instance/pod role), never from options
 from __future__ import annotations
 
 import difflib
+import os
 import re
 import socket
 from collections.abc import Mapping
@@ -40,13 +41,26 @@ STREAM_OPTIONS = (
     "members",
     "replicas",
     "leaseDuration",
+    "kubernetesNamespace",
+    "kubeconfig",
+    "kubernetesMode",
+    "kubernetesLabelSelector",
+    "kubernetesRefreshInterval",
+    "kubernetesMaxStaleness",
 )
 _CANONICAL = {name.lower(): name for name in STREAM_OPTIONS}
-_GROUP_ONLY = ("applicationName", "memberId", "membership", "members", "replicas", "leaseDuration")
+_KUBERNETES_ONLY = ("kubernetesNamespace", "kubeconfig", "kubernetesMode",
+                    "kubernetesLabelSelector", "kubernetesRefreshInterval",
+                    "kubernetesMaxStaleness")
+_GROUP_ONLY = ("applicationName", "memberId", "membership", "members", "replicas",
+               "leaseDuration", *_KUBERNETES_ONLY)
+#: KubernetesMembership modes (hashring.membership.k8s_api.MODES), spelled as options.
+KUBERNETES_MODES = ("deployment", "replicaset", "statefulset", "label_selector")
 _SECRET_HINTS = ("secret", "password", "token", "accesskey", "credential", "sessionkey")
 
 _STREAM_NAME = re.compile(r"^[a-zA-Z0-9_.-]{1,128}$")
 _TABLE_NAME = re.compile(r"^[a-zA-Z0-9_.-]{3,255}$")
+_NAMESPACE = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
 _REGION = re.compile(r"^[a-z]{2}(-[a-z]+)+-\d+$")
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h)?\s*$")
 _DURATION_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, None: 1.0}
@@ -65,6 +79,22 @@ MAX_SHIPPED_BYTES_LIMIT = 64 << 20
 
 
 @dataclass(frozen=True)
+class KubernetesOptions:
+    """``membership=kubernetes``: how to build ``hashring.KubernetesMembership``.
+
+    ``None`` fields use its defaults (namespace: ``POD_NAMESPACE``, then the service
+    account's namespace file; API client: in-cluster config, then ``~/.kube/config``).
+    """
+
+    namespace: str | None = None
+    kubeconfig: str | None = None
+    mode: str = "deployment"
+    label_selector: str | None = None
+    refresh_interval_s: float = 5.0
+    max_staleness_s: float = 60.0
+
+
+@dataclass(frozen=True)
 class GroupOptions:
     """Group mode: several Spark applications share the shards through a DynamoDB lease table."""
 
@@ -75,6 +105,7 @@ class GroupOptions:
     members: tuple[str, ...] = ()
     replicas: int = 0
     lease_duration_s: float = 10.0
+    kubernetes: KubernetesOptions | None = None
 
 
 @dataclass(frozen=True)
@@ -314,10 +345,10 @@ def _group(opts: Mapping[str, str], *, streaming: bool) -> GroupOptions | None:
     if not app.strip():
         raise _fail("applicationName", "is required in group mode: the consumer name every "
                     "application of the group shares (it is part of every lease key)")
-    member = (opts.get("memberid") or "").strip() or socket.gethostname()
     kind = (opts.get("membership") or "dynamodb").strip().lower()
     if kind not in ("static", "kubernetes", "dynamodb"):
         raise _fail("membership", f"{kind!r} is not one of static, kubernetes, dynamodb")
+    member = (opts.get("memberid") or "").strip() or _default_member_id(kind)
     members: tuple[str, ...] = ()
     if kind == "static":
         raw = opts.get("members") or ""
@@ -329,6 +360,14 @@ def _group(opts: Mapping[str, str], *, streaming: bool) -> GroupOptions | None:
             raise _fail("memberId", f"{member!r} is not in 'members' ({', '.join(members)})")
     elif opts.get("members"):
         raise _fail("members", "is only used with membership=static")
+    kubernetes = None
+    if kind == "kubernetes":
+        kubernetes = _kubernetes(opts)
+    else:
+        present = [n for n in _KUBERNETES_ONLY if opts.get(n.lower())]
+        if present:
+            raise _fail(present[0], f"is only used with membership=kubernetes (membership is "
+                        f"{kind!r})")
     replicas = _int(opts, "replicas", 0, low=0, high=10)
     lease = _duration(opts, "leaseDuration", 10.0, low=0.3)
     return GroupOptions(
@@ -339,4 +378,51 @@ def _group(opts: Mapping[str, str], *, streaming: bool) -> GroupOptions | None:
         members=members,
         replicas=replicas or 0,
         lease_duration_s=lease,
+        kubernetes=kubernetes,
     )
+
+
+def _default_member_id(kind: str) -> str:
+    """``memberId`` when unset: the host name; with Kubernetes, the pod name as
+    ``KubernetesMembership`` finds it (``POD_NAME``, then ``HOSTNAME``)."""
+    if kind == "kubernetes":
+        for var in ("POD_NAME", "HOSTNAME"):
+            value = os.environ.get(var, "").strip()
+            if value:
+                return value
+    return socket.gethostname()
+
+
+def _kubernetes(opts: Mapping[str, str]) -> KubernetesOptions:
+    namespace = (opts.get("kubernetesnamespace") or "").strip() or None
+    if namespace is not None and not _NAMESPACE.match(namespace):
+        raise _fail("kubernetesNamespace", f"{namespace!r} is not a Kubernetes namespace name "
+                    "(lower-case letters, digits and '-', at most 63 characters)")
+    kubeconfig = (opts.get("kubeconfig") or "").strip() or None
+    if kubeconfig is not None:
+        kubeconfig = os.path.expanduser(kubeconfig)
+        if not os.path.isfile(kubeconfig):
+            raise _fail("kubeconfig", f"{kubeconfig!r} is not a file on the driver: give the "
+                        "path of a kubeconfig file, or leave it unset inside a pod (the "
+                        "in-cluster service account is used)")
+    selector = (opts.get("kuberneteslabelselector") or "").strip() or None
+    mode_text = (opts.get("kubernetesmode") or "").strip().lower()
+    mode = mode_text or ("label_selector" if selector else "deployment")
+    if mode not in KUBERNETES_MODES:
+        raise _fail("kubernetesMode", f"{mode_text!r} is not one of "
+                    f"{', '.join(KUBERNETES_MODES)}")
+    if mode == "label_selector" and selector is None:
+        raise _fail("kubernetesLabelSelector", "is required with kubernetesMode=label_selector: "
+                    "a selector matching every driver pod of the group, e.g. 'app=orders-spark'")
+    if mode != "label_selector" and selector is not None:
+        raise _fail("kubernetesLabelSelector", f"is only used with kubernetesMode=label_selector "
+                    f"(kubernetesMode is {mode!r}): drop one of them")
+    refresh = _duration(opts, "kubernetesRefreshInterval", 5.0, low=0.001)
+    stale = _duration(opts, "kubernetesMaxStaleness", max(60.0, refresh), low=0.001)
+    if stale < refresh:
+        raise _fail("kubernetesMaxStaleness", f"{stale:g} s is less than "
+                    f"kubernetesRefreshInterval ({refresh:g} s): the member list is refreshed "
+                    "once per interval, so it must be allowed to be at least that old")
+    return KubernetesOptions(namespace=namespace, kubeconfig=kubeconfig, mode=mode,
+                             label_selector=selector, refresh_interval_s=refresh,
+                             max_staleness_s=stale)
