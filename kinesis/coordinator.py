@@ -129,6 +129,7 @@ class _Handoff:
     target: Any  # member id, or _RELEASE
     warned: bool = False
     counted: bool = True  # counts against max_concurrent_handoffs
+    failed: bool = False  # the write failed: retried by the next round, not between rounds
 
 
 @dataclass
@@ -330,6 +331,9 @@ class LeaseCoordinator:
         self._stop_event = threading.Event()  # set by stop(): the loop ends (graceful: once empty)
         self._wake = threading.Event()  # interrupts the loop's wait between rounds
         self._writers: concurrent.futures.ThreadPoolExecutor | None = None
+        self._expiry_served = -math.inf  # the last expiry moment a round was scheduled for
+        self._stop_done = threading.Event()  # set when the first stop() call has finished
+        self._stop_result = False
         self._thread: threading.Thread | None = None
         self._ticking: threading.Thread | None = None
         self.last_plan: Assignment | None = None
@@ -366,7 +370,8 @@ class LeaseCoordinator:
         if there is none), each as soon as its listener has finished, waiting up to
         ``timeout`` real seconds (default: ``lease_duration``). Leases whose listener does
         not finish in time are left to expire. ``graceful=False`` (a crash): simply stop
-        renewing.
+        renewing. Only the first call acts; later (or concurrent) calls wait for it and
+        return its result.
         """
         if self._ticking is threading.current_thread():
             raise RuntimeError(
@@ -374,8 +379,6 @@ class LeaseCoordinator:
                 "another thread, e.g. the one handling SIGTERM"
             )
         with self._lock:
-            if self._stopped:
-                return graceful and not self._held
             first = not self._stop_event.is_set()
             if first:  # a crash (not graceful) must not plan without this member meanwhile
                 self._stopping = graceful
@@ -383,23 +386,24 @@ class LeaseCoordinator:
                 self._deadline = time.monotonic() + (
                     timeout if timeout is not None else self.lease_duration
                 )
-        self._stop_event.set()
+                self._stop_event.set()
+            thread = self._thread
+        if not first:  # the first call does the work; later calls get its result
+            self._stop_done.wait()
+            return self._stop_result
         self._wake.set()
-        if first and graceful:
+        if graceful:
             leave = getattr(self.membership, "leave", None)
             if callable(leave):
                 try:
                     leave()
                 except Exception:
                     log.exception("%s: leaving the membership failed", self.member_id)
-        thread = self._thread
-        if thread is not None and thread is not threading.current_thread():
+        if thread is not None:
             thread.join()
-        elif thread is None and self._graceful:
+        elif graceful:
             self._serve()  # never started: hand off from this thread
-        with self._lock:
-            if self._stopped:
-                return self._graceful and not self._held
+        with self._tick_lock, self._lock:  # no round (not even a manual tick) goes on after this
             self._stopped = True
             left = sorted(self._held)
             for h in self._held.values():
@@ -409,10 +413,12 @@ class LeaseCoordinator:
         if writers is not None:
             writers.shutdown(wait=False)
         if left:
-            (log.warning if self._graceful else log.info)(
+            (log.warning if graceful else log.info)(
                 "%s stopped with leases left to expire: %s", self.member_id, left
             )
-        return self._graceful and not left
+        self._stop_result = graceful and not left
+        self._stop_done.set()
+        return self._stop_result
 
     def checkpoint(self, key: str, checkpoint: Checkpoint | str | object) -> Lease:
         """Checkpoint a held lease (from any thread); fenced by owner + counter.
@@ -550,9 +556,11 @@ class LeaseCoordinator:
             elif now >= min(expiry_at, self._next_scan(last_round, next_tick)):
                 self.refresh()
                 last_round = now
+            if last_round == now and expiry_at <= now:
+                expiry_at = math.inf  # served by this round
             self._complete_ready_handoffs()
             now = time.monotonic()
-            expiry_at = now + self._next_expiry()
+            expiry_at = min(expiry_at, now + self._next_expiry())  # each moment scheduled once
             wait = min(next_tick, self._next_scan(last_round, next_tick), expiry_at) - now
             if self._pending_handoffs():
                 wait = min(wait, _COMPLETION_POLL)
@@ -598,12 +606,15 @@ class LeaseCoordinator:
         now = self.clock()
         with self._lock:
             due = [
-                seen.since + self.lease_duration - now
+                seen.since + self.lease_duration
                 for key, seen in self._seen.items()
                 if seen.owner not in (None, self.member_id) and key not in self._held
             ]
-        future = [d for d in due if d > 0]
-        return min(future) + _EXPIRY_MARGIN if future else math.inf
+            future = [t for t in due if t > max(now, self._expiry_served)]
+            if not future:
+                return math.inf
+            self._expiry_served = min(future)  # scheduled now: never again
+        return self._expiry_served - now + _EXPIRY_MARGIN
 
     def _pending_handoffs(self) -> bool:
         with self._lock:
@@ -620,10 +631,14 @@ class LeaseCoordinator:
                     ready = [
                         (k, h, h.handoff.target)
                         for k, h in sorted(self._held.items())
-                        if h.handoff is not None and not h.gone and _done(h.handoff.completion)
+                        if h.handoff is not None and not h.gone and not h.handoff.failed
+                        and _done(h.handoff.completion)
                         and not (self._stopping and h.handoff.target == self.member_id)
                     ]
                 self._complete_handoffs(ready)
+            except Exception:  # the loop must survive anything (as a round does)
+                self._count("lease_loop_errors")
+                log.exception("%s: completing hand-offs failed", self.member_id)
             finally:
                 self._ticking = None
 
@@ -899,12 +914,11 @@ class LeaseCoordinator:
         for (key, kind, _), result in zip(writes, results, strict=True):
             if isinstance(result, LeaseLostError):
                 result = (None, 0.0)
-            if isinstance(result, KinesisHashRingError):
+            if isinstance(result, BaseException):  # the successful writes are still registered
                 self._count("lease_loop_errors")
-                log.warning("%s: could not take %s: %s", self.member_id, key, result)
+                log.warning("%s: could not take %s: %s", self.member_id, key, result,
+                            exc_info=not isinstance(result, KinesisHashRingError))
                 continue
-            if isinstance(result, BaseException):
-                raise result
             lease, sent = result
             if lease is None:
                 self._count("take_conflicts")
@@ -987,6 +1001,7 @@ class LeaseCoordinator:
             handoff = h.handoff
             assert handoff is not None
             handoff.target = target
+            handoff.failed = False
             if not _done(handoff.completion):
                 if not handoff.warned and now - handoff.requested_at >= self.handoff_timeout:
                     handoff.warned = True
@@ -1043,7 +1058,9 @@ class LeaseCoordinator:
                     log.info("%s: handed %s off to %s", self.member_id, key, target)
             except LeaseLostError:
                 self._count("leases_lost")
-            except KinesisHashRingError as exc:
+            except Exception as exc:  # throttling, outage, credentials...: the next round retries
+                if h.handoff is not None:
+                    h.handoff.failed = True
                 self._count("lease_loop_errors")
                 log.warning("%s: hand-off of %s failed (retried next round): %s", self.member_id, key, exc)
                 return False

@@ -21,13 +21,11 @@ keys may be planned now. For every configured stream, :class:`ShardSync`
    parent finished or gone from the listing (trimmed) - :func:`~kinesis.shards.ready_shards`.
    Rows created in this call are planned from the next tick on (they are not in the
    snapshot yet). Keys that are no longer returned (finished or trimmed shards) are released
-   by the coordinator;
+   by the coordinator.
 
-4. deletes the rows of finished shards that the listing no longer returns (trimmed after the
-   stream's retention period): nothing can recreate them (rows are only created for listed
-   shards) and their children already count a missing parent as done. A finished shard that
-   is still listed keeps its row, because that row is what tells its children to start.
-   Rows of unfinished shards are never deleted.
+Rows of finished shards are kept, also after the shard is trimmed from the stream: deleting
+one is only safe once no member can still list the shard (a member with an older cached
+listing would recreate the row at its start position and read the shard again).
 """
 
 from __future__ import annotations
@@ -74,7 +72,6 @@ class ShardSync:
         self._last: dict[str, list[Shard]] = {}
         self._lock = threading.Lock()
         self.rows_created = 0
-        self.rows_deleted = 0
         self.listing_errors = 0
 
     def __call__(self, snapshot: TableSnapshot) -> list[str]:
@@ -120,20 +117,7 @@ class ShardSync:
             if shard.shard_id not in rows:
                 self._create(spec, shard, parent_rows=any(p in rows for p in shard.parents))
         finished = {sid for sid, lease in rows.items() if lease.is_shard_end}
-        listed = {s.shard_id for s in shards}
-        for sid in sorted(finished - listed):
-            self._delete_trimmed(rows[sid])
         return [spec.lease_key(s.shard_id) for s in ready_shards(shards, finished) if s.shard_id in rows]
-
-    def _delete_trimmed(self, lease: Lease) -> None:
-        try:
-            deleted = self.table.delete(lease)  # conditional: unchanged since this snapshot
-        except KinesisHashRingError as exc:
-            log.warning("could not delete the finished lease %s: %s", lease.key, exc)
-            return
-        if deleted:
-            self.rows_deleted += 1
-            log.info("deleted lease %s: finished and trimmed from the stream", lease.key)
 
     def _create(self, spec: StreamConfig, shard: Shard, *, parent_rows: bool) -> None:
         checkpoint = initial_checkpoint(spec, shard, parent_rows)

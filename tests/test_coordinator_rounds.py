@@ -279,3 +279,83 @@ def test_the_loop_sleeps_between_rounds_instead_of_spinning(table: LeaseTable) -
         a.stop(graceful=False)
     rounds = a.counters["ticks"] + a.counters["refreshes"]
     assert a.passes <= 3 * rounds + 5, f"{a.passes} loop passes for {rounds} rounds"
+
+
+def _denied(operation: str) -> Exception:
+    from botocore.exceptions import ClientError
+
+    return ClientError({"Error": {"Code": "AccessDeniedException", "Message": "denied"}}, operation)
+
+
+class FlakyTable(LeaseTable):
+    """Hand-offs and row creations fail with a non-retryable AWS error while armed."""
+
+    def __init__(self, client: Any, name: str):
+        super().__init__(client, name)
+        self.fail_handoffs = 0
+        self.handoff_calls = 0
+        self.fail_create: set[str] = set()
+
+    def handoff(self, lease: Lease, to: str) -> Lease:
+        self.handoff_calls += 1
+        if self.fail_handoffs:
+            self.fail_handoffs -= 1
+            raise _denied("UpdateItem")
+        return super().handoff(lease, to)
+
+    def create_lease_if_absent(self, key: str, **kwargs: Any) -> Lease | None:
+        if key in self.fail_create:
+            raise _denied("PutItem")
+        return super().create_lease_if_absent(key, **kwargs)
+
+
+def test_a_failing_handoff_write_between_rounds_neither_kills_the_loop_nor_spins(aws: LocalAWS) -> None:
+    table = FlakyTable(shared_client(aws), "flaky-handoff").ensure_table()
+    membership = StaticMembership(["a"], "a")
+    listener = ManualListener()
+    a = LeaseCoordinator(table, membership, ["k1", "k2"], listener, **SLOW).start()
+    try:
+        eventually(lambda: len(a.held_keys()) == 2, what="a to create both leases")
+        membership.set_members(["a", "b"])
+        a.tick()
+        (key,) = listener.requested
+        table.fail_handoffs = 1
+        listener.requested[key].set()
+        eventually(lambda: a.counters["lease_loop_errors"] == 1, what="the failed write")
+        assert a.status().running  # the loop survived an unexpected AWS error
+        assert table.handoff_calls == 1  # and waits for a round instead of retrying every poll
+        a.refresh()  # the next round retries it
+        assert owners(table)[key] == "b" and table.handoff_calls == 2
+    finally:
+        a.stop(graceful=False)
+
+
+def test_one_failed_take_does_not_lose_the_others(aws: LocalAWS) -> None:
+    table = FlakyTable(shared_client(aws), "flaky-take").ensure_table()
+    table.fail_create = {"k2"}
+    a = LeaseCoordinator(table, StaticMembership(["a"], "a"), ["k1", "k2", "k3"], lease_duration=3,
+                         clock=FakeClock())
+    a.tick()
+    assert a.held_keys() == ("k1", "k3")  # written and registered despite k2's error
+    assert owners(table) == {"k1": "a", "k3": "a"} and a.counters["lease_loop_errors"] == 1
+    a.stop(graceful=False)
+
+
+def test_later_stop_calls_return_the_first_calls_result(table: LeaseTable) -> None:
+    a = LeaseCoordinator(table, StaticMembership(["a"], "a"), ["k1"], lease_duration=3, clock=FakeClock())
+    a.tick()
+    assert a.stop(graceful=False) is False  # a crash leaves the lease to expire
+    assert a.stop() is False and a.stop(graceful=True) is False
+
+
+def test_expiry_rounds_do_not_spin_on_a_frozen_fake_clock(table: LeaseTable) -> None:
+    table.create_lease_if_absent("k1", owner="ghost")
+    clock = FakeClock()
+    a = CountingCoordinator(table, StaticMembership(["a", "ghost"], "a"), ["k1"], lease_duration=1.2,
+                            tick_interval=0.6, scan_interval=0.6, clock=clock)
+    a.start()  # real-time rounds; the clock never advances, so k1 never expires
+    try:
+        eventually(lambda: a.counters["ticks"] >= 4, what="four ticks")
+    finally:
+        a.stop(graceful=False)
+    assert a.counters["refreshes"] <= 1, "one expiry round at most, not one every 5 ms"

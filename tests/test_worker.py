@@ -32,7 +32,7 @@ from kinesis.lease_model import LATEST, SHARD_END, TRIM_HORIZON, Checkpoint, Lea
 from kinesis.leases import LeaseTable
 from kinesis.shard_consumer import ConsumerPool
 from kinesis.shard_sync import ShardSync
-from kinesis.shards import Shard, ShardDiscovery
+from kinesis.shards import ShardDiscovery
 from kinesis.signals import stop_on_signals
 from kinesis.testing import LocalAWS
 from kinesis.worker_config import parse_lease_key
@@ -212,40 +212,6 @@ def test_shard_sync_latest_skips_closed_history_but_reads_new_children_from_the_
     rows = table.scan().leases
     assert rows[spec.lease_key("shardId-000000000004")].checkpoint == TRIM_HORIZON
     assert rows[spec.lease_key("shardId-000000000004")].parents == (spec.lease_key("shardId-000000000001"),)
-
-
-class TrimmingDiscovery(ShardDiscovery):
-    """Hides shards from the listing, as Kinesis does once they are past retention."""
-
-    trimmed: set[str] = set()
-
-    def list_shards(self, force: bool = False) -> list[Shard]:
-        return [s for s in super().list_shards(force) if s.shard_id not in self.trimmed]
-
-
-def test_shard_sync_deletes_finished_rows_once_trimmed_and_keeps_the_rest(kinesis_resharding: LocalAWS) -> None:
-    kinesis = kinesis_resharding.client("kinesis")
-    kinesis.create_stream(StreamName="orders", ShardCount=2)
-    kinesis.split_shard(StreamName="orders", ShardToSplit="shardId-000000000000", NewStartingHashKey=str(2**126))
-    table = LeaseTable.open(kinesis_resharding.client("dynamodb"), "leases")
-    spec = stream_config(initial_position="TRIM_HORIZON")
-    discovery = TrimmingDiscovery(kinesis, "orders", cache_ttl=0)
-    discovery.trimmed = set()
-    sync = ShardSync(table, [(spec, discovery)])
-    sync(table.scan())
-    key = spec.lease_key
-    parent = table.take(table.get(key("shardId-000000000000")), "w1")  # type: ignore[arg-type]
-    assert parent is not None
-    table.mark_shard_end(parent)
-    sync(table.scan())
-    assert key("shardId-000000000000") in table.scan().leases  # finished but listed: kept
-    discovery.trimmed = {"shardId-000000000000", "shardId-000000000001"}
-    ready = sync(table.scan())
-    rows = table.scan().leases
-    assert key("shardId-000000000000") not in rows and sync.rows_deleted == 1
-    assert key("shardId-000000000001") in rows  # unfinished rows are never deleted
-    assert ready == [key("shardId-000000000002"), key("shardId-000000000003")]
-    assert sync(table.scan()) == ready and key("shardId-000000000000") not in table.scan().leases
 
 
 def test_shard_sync_keeps_the_last_listing_when_list_shards_fails(aws: LocalAWS) -> None:
