@@ -15,6 +15,12 @@ Read limits (Spark 4.2+): ``latestOffset(start, limit)`` honours ``ReadMaxRows``
 On Spark 4.0/4.1 ``latestOffset()`` is called without a start: the reader tracks the start itself
 and makes its end offsets self-contained (see ``_legacy_latest_offset``); only
 ``maxRecordsPerShard`` applies there.
+
+Group mode, stopping: PySpark ends the driver-side Python process that runs this reader with
+SIGTERM when the query stops, without calling ``stop()``. The reader therefore handles SIGTERM
+in that process (:mod:`spark_integration.sigterm`): it runs ``stop()``, which hands every lease
+on with the last committed checkpoint, then terminates; a SIGTERM that arrives during a reader
+call acts when the call returns.
 """
 
 from __future__ import annotations
@@ -26,6 +32,7 @@ from typing import Any
 
 from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
 
+from kinesis.errors import KinesisHashRingError
 from kinesis.shards import Shard, ShardDiscovery, shard_order
 from spark_integration.clients import client
 from spark_integration.compat import (
@@ -52,6 +59,7 @@ from spark_integration.partitions import (
 )
 from spark_integration.probe import Prober
 from spark_integration.shipping import ReadAheadCache, encode
+from spark_integration.sigterm import SigtermStop
 
 log = logging.getLogger(__name__)
 
@@ -73,24 +81,36 @@ class KinesisStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def __init__(self, options: KinesisOptions):
         self.options = options
         self._state: _DriverState | None = None
+        # group mode: SIGTERM (how PySpark ends this process on query.stop()) runs stop()
+        self._sigterm = SigtermStop(self.stop, name=_describe(options))
 
     # Spark pickles the reader to run ``read`` on executors: ship only the options.
     def __getstate__(self) -> dict[str, Any]:
-        return {"options": self.options, "_state": None}
+        return {"options": self.options}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__init__(state["options"])  # type: ignore[misc]
 
     @property
     def state(self) -> _DriverState:
         """Driver-side state (clients, shard discovery, probes, group session), made lazily."""
         if self._state is None:
+            if self._sigterm.requested:
+                raise KinesisHashRingError(
+                    f"{_describe(self.options)}: the reader was stopped by SIGTERM (its leases "
+                    "were handed on); restart the query to read again")
             self._state = _DriverState(self.options)
+            if self._state.group is not None:
+                self._sigterm.install()
         return self._state
 
     # -- offsets -------------------------------------------------------------------------
     def initialOffset(self) -> dict[str, Any]:
-        offset = self.state.initial_offset()
-        if self.state.last_seen is None:
-            self.state.last_seen = offset
-        return offset.to_json()
+        with self._sigterm.busy():
+            offset = self.state.initial_offset()
+            if self.state.last_seen is None:
+                self.state.last_seen = offset
+            return offset.to_json()
 
     def getDefaultReadLimit(self) -> Any:
         if not READ_LIMITS:  # pragma: no cover - Spark < 4.2 never calls this
@@ -98,6 +118,10 @@ class KinesisStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return ReadMaxRows(self.options.max_records_per_trigger or UNBOUNDED_ROWS)
 
     def latestOffset(self, start: dict[str, Any] | None = None, limit: Any = None) -> dict[str, Any]:
+        with self._sigterm.busy():
+            return self._latest_offset(start, limit)
+
+    def _latest_offset(self, start: dict[str, Any] | None, limit: Any) -> dict[str, Any]:
         state = self.state
         if start is None:
             return self._legacy_latest_offset(state)
@@ -128,10 +152,15 @@ class KinesisStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return end.to_json()
 
     def prepareForTriggerAvailableNow(self) -> None:
-        self.state.available_now_ms = now_ms()
+        with self._sigterm.busy():
+            self.state.available_now_ms = now_ms()
 
     # -- planning and reading -------------------------------------------------------------
     def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> list[InputPartition]:
+        with self._sigterm.busy():
+            return self._partitions(start, end)
+
+    def _partitions(self, start: dict[str, Any], end: dict[str, Any]) -> list[InputPartition]:
         begin = SourceOffset.from_json(start)
         stop = SourceOffset.from_json(end)
         if self._state is not None and self._state.self_contained:
@@ -150,12 +179,23 @@ class KinesisStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def commit(self, end: dict[str, Any]) -> None:
         # Spark commits batch N after it planned batch N + 1: never move ``last_seen`` here.
-        self.state.committed(SourceOffset.from_json(end))
+        with self._sigterm.busy():
+            self.state.committed(SourceOffset.from_json(end))
 
     def stop(self) -> None:
-        if self._state is not None:
-            self._state.close()
-            self._state = None
+        """Release the driver state; group mode: hand every lease on (idempotent)."""
+        with self._sigterm.busy():
+            if self._state is not None:
+                state, self._state = self._state, None
+                state.close()
+            self._sigterm.uninstall()
+
+
+def _describe(options: KinesisOptions) -> str:
+    group = options.group
+    if group is None:
+        return "kinesis source"
+    return f"kinesis source {group.application_name}/{group.member_id}"
 
 
 def plan_partitions(begin: SourceOffset, end: SourceOffset, per_partition: int,

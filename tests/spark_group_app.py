@@ -1,7 +1,8 @@
 """One Spark application of a group-mode test (run as a subprocess by test_spark_group.py).
 
 Streams ``--stream`` in group mode into a JSON file sink until ``<workdir>/stop`` exists, then
-stops the query (which hands its leases over) and exits 0.
+stops the query (which hands its leases over) and exits 0. ``<workdir>/stopping`` and
+``<workdir>/stop-returned`` hold the wall-clock times just before and after ``query.stop()``.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ def main() -> int:
     parser.add_argument("--table", required=True)
     parser.add_argument("--member", required=True)
     parser.add_argument("--workdir", required=True)
+    parser.add_argument("--lease-duration", default="3s")
     args = parser.parse_args()
     work = Path(args.workdir)
     from tests.spark_support import make_session
@@ -37,7 +39,7 @@ def main() -> int:
           .option("leaseTable", args.table)
           .option("applicationName", "orders-app")
           .option("memberId", args.member)
-          .option("leaseDuration", "3s")
+          .option("leaseDuration", args.lease_duration)
           .load())
     query = (df.selectExpr("CAST(data AS STRING) AS body", "shardId", "sequenceNumber")
              .writeStream.format("json")
@@ -50,7 +52,9 @@ def main() -> int:
     while not (work / "stop").exists() and query.isActive and time.monotonic() < deadline:
         query.awaitTermination(0.2)
     failed = query.exception()
+    (work / "stopping").write_text(repr(time.time()))  # wall clock: the test compares
     query.stop()
+    (work / "stop-returned").write_text(repr(time.time()))
     spark.stop()
     if failed is not None:
         print(f"query failed: {failed}", file=sys.stderr)

@@ -6,6 +6,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from collections import defaultdict
 from collections.abc import Iterator
 from pathlib import Path
@@ -23,20 +24,26 @@ APP = ROOT / "tests" / "spark_group_app.py"
 PREFIX = "orders-app/orders/"
 
 
-def _owners(aws: LocalAWS, table: str) -> dict[str, str | None]:
-    """shard id -> lease owner, from the lease table."""
+def _rows(aws: LocalAWS, table: str) -> dict[str, dict[str, Any]]:
+    """shard id -> lease row (DynamoDB attribute values), from the lease table."""
     ddb = aws.client("dynamodb")
-    out: dict[str, str | None] = {}
+    out: dict[str, dict[str, Any]] = {}
     kwargs: dict[str, Any] = {"TableName": table, "ConsistentRead": True}
     while True:
         page = ddb.scan(**kwargs)
         for item in page["Items"]:
             key = item["leaseKey"]["S"]
             if key.startswith(PREFIX):
-                out[key[len(PREFIX):]] = item.get("leaseOwner", {}).get("S")
+                out[key[len(PREFIX):]] = item
         if "LastEvaluatedKey" not in page:
             return out
         kwargs["ExclusiveStartKey"] = page["LastEvaluatedKey"]
+
+
+def _owners(aws: LocalAWS, table: str) -> dict[str, str | None]:
+    """shard id -> lease owner, from the lease table."""
+    return {shard: item.get("leaseOwner", {}).get("S")
+            for shard, item in _rows(aws, table).items()}
 
 
 def _table_exists(aws: LocalAWS, table: str) -> bool:
@@ -45,6 +52,32 @@ def _table_exists(aws: LocalAWS, table: str) -> bool:
 
 def _ids(rows: list[dict[str, Any]]) -> list[int]:
     return [json.loads(r["body"])["id"] for r in rows]
+
+
+def _batch_ends(work: Path) -> dict[int, dict[str, int]]:
+    """batch id -> {shard id: end sequence number} of the batches the app's sink committed.
+
+    Read from the query's checkpoint: ``offsets/<id>`` (line 3: this source's end offset)
+    for every ``commits/<id>`` (the batch reached the sink).
+    """
+    ck = work / "ck"
+    out: dict[int, dict[str, int]] = {}
+    for commit in (ck / "commits").iterdir():
+        if not commit.name.isdigit():
+            continue
+        batch = int(commit.name)
+        offset = json.loads((ck / "offsets" / commit.name).read_text().splitlines()[2])
+        out[batch] = {key.split("/", 1)[1]: int(entry["seq"])
+                      for key, entry in offset.items() if "seq" in entry}
+    return out
+
+
+#: Long enough that no lease can expire (and be taken over) within the test's hand-over wait.
+LEASE_DURATION_S = 60
+#: How long B may take to hold A's leases after A's query stops: a hand-off (or release)
+#: does it within one of B's light rounds (LEASE_DURATION_S / 9); an expiry take-over cannot
+#: happen before A's last renewal + LEASE_DURATION_S, i.e. at least 2/3 of it after the stop.
+HANDOVER_WAIT_S = 30
 
 
 @pytest.fixture
@@ -56,7 +89,8 @@ def apps(aws: LocalAWS, tmp_path: Path) -> Iterator[dict[str, tuple[subprocess.P
         work.mkdir()
         log = (work / "log.txt").open("wb")
         cmd = [sys.executable, str(APP), "--endpoint", aws.endpoint_url, "--stream", "orders",
-               "--table", "spark-leases", "--member", member, "--workdir", str(work)]
+               "--table", "spark-leases", "--member", member, "--workdir", str(work),
+               "--lease-duration", f"{LEASE_DURATION_S}s"]
         procs[member] = (subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=log,
                                           stderr=subprocess.STDOUT), work)
     yield procs
@@ -103,11 +137,29 @@ def test_two_applications_share_shards_and_hand_over(aws: LocalAWS, apps: Any) -
     assert balanced()  # still 4/4 once both are running steadily
     a_shards = {s for s, o in _owners(aws, "spark-leases").items() if o == "app-a"}
 
-    # stop A: it hands its leases over to B with its checkpoints
+    # stop A: its query's stop hands A's leases to B with A's last committed checkpoints
     (work_a / "stop").touch()
-    assert proc_a.wait(180) == 0, (work_a / "log.txt").read_text()[-3000:]
-    wait_for(lambda: set(_owners(aws, "spark-leases").values()) == {"app-b"}, 120,
+    seen_handed_off: set[str] = set()
+
+    def a_handed_over() -> bool:
+        rows = _rows(aws, "spark-leases")
+        for shard, item in rows.items():
+            if item.get("handedOffBy", {}).get("S") == "app-a":
+                seen_handed_off.add(shard)
+        return all(item.get("leaseOwner", {}).get("S") != "app-a" for item in rows.values())
+
+    wait_for(lambda: (work_a / "stopping").exists(), 60, "A to stop its query")
+    # Not an expiry: B cannot see A's leases expire within HANDOVER_WAIT_S of the stop.
+    wait_for(a_handed_over, HANDOVER_WAIT_S, "A's leases to leave A after its query.stop()",
+             interval=0.05)
+    released_at = time.time()
+    wait_for(lambda: set(_owners(aws, "spark-leases").values()) == {"app-b"}, HANDOVER_WAIT_S,
              "B to hold all 8 leases")
+    stopping = float((work_a / "stopping").read_text())
+    print(f"\nA's leases left A {released_at - stopping:.2f} s after query.stop() was called "
+          f"(polled every 0.05 s); hand-off rows seen before B adopted them: "
+          f"{len(seen_handed_off)}/{len(a_shards)}")
+    assert proc_a.wait(180) == 0, (work_a / "log.txt").read_text()[-3000:]
     put_json(kinesis, "orders", [{"id": i} for i in range(120, 160)])
     wait_for(lambda: all_read(160, work_a, work_b), 240, "B to read A's shards on")
 
@@ -118,12 +170,20 @@ def test_two_applications_share_shards_and_hand_over(aws: LocalAWS, apps: Any) -
         for r in rows:
             by_shard[name][r["shardId"]].append(int(r["sequenceNumber"]))
     assert set(by_shard["a"]) == a_shards  # A only ever read its own shards
+    # Spark commits batch N to the source (our DynamoDB checkpoint) when it plans batch
+    # N + 1, so A's checkpoint of a shard is at least the end of the batch before A's last
+    # completed one: B may re-read A's last batch of a shard, and nothing before it.
+    ends = _batch_ends(work_a)
+    last = max(ends)
     for shard in a_shards:
         a_seqs, b_seqs = set(by_shard["a"][shard]), set(by_shard["b"][shard])
         assert b_seqs, f"B never read {shard} after the hand-over"
-        # B resumed from A's DynamoDB checkpoint: not from the start of the shard, and it
-        # re-read at most A's last micro-batch (Spark commits a batch to the source when it
-        # plans the next one, so the checkpoint trails the sink by up to one batch).
-        assert min(b_seqs) > min(a_seqs)
-        assert len(a_seqs & b_seqs) <= 5
         assert len(by_shard["b"][shard]) == len(b_seqs)  # B itself read nothing twice
+        committed = max((e[shard] for b, e in ends.items() if b < last and shard in e),
+                        default=None)
+        assert committed is not None, f"A never committed a batch of {shard} before its last"
+        again = a_seqs & b_seqs
+        assert all(seq > committed for seq in again), (
+            f"B re-read records of {shard} up to {committed}, which A had committed")
+        assert len(again) <= 5  # maxRecordsPerShard: at most one batch of the shard
+        assert min(b_seqs) > committed  # B resumed from A's checkpoint, not from the start
