@@ -2,7 +2,8 @@
 
 Streams ``--stream`` in group mode into a JSON file sink until ``<workdir>/stop`` exists, then
 stops the query (which hands its leases over) and exits 0. ``<workdir>/stopping`` and
-``<workdir>/stop-returned`` hold the wall-clock times just before and after ``query.stop()``.
+``<workdir>/stop-returned`` hold the wall-clock times just before and after ``query.stop()``,
+``<workdir>/handed-over`` the time ``wait_for_handover`` saw every lease leave this member.
 """
 
 from __future__ import annotations
@@ -27,20 +28,18 @@ def main() -> int:
     parser.add_argument("--lease-duration", default="3s")
     args = parser.parse_args()
     work = Path(args.workdir)
+    from spark_integration.handover import wait_for_handover
     from tests.spark_support import make_session
 
     spark = make_session("local[1]", app_name=f"group-{args.member}")
-    df = (spark.readStream.format("kinesis")
-          .option("streamName", args.stream)
-          .option("endpointUrl", args.endpoint)
-          .option("initialPosition", "TRIM_HORIZON")
-          .option("maxRecordsPerShard", "5")
-          .option("describeShardInterval", "1s")
-          .option("leaseTable", args.table)
-          .option("applicationName", "orders-app")
-          .option("memberId", args.member)
-          .option("leaseDuration", args.lease_duration)
-          .load())
+    options = {
+        "streamName": args.stream, "endpointUrl": args.endpoint,
+        "initialPosition": "TRIM_HORIZON", "maxRecordsPerShard": "5",
+        "describeShardInterval": "1s", "leaseTable": args.table,
+        "applicationName": "orders-app", "memberId": args.member,
+        "leaseDuration": args.lease_duration,
+    }
+    df = spark.readStream.format("kinesis").options(**options).load()
     query = (df.selectExpr("CAST(data AS STRING) AS body", "shardId", "sequenceNumber")
              .writeStream.format("json")
              .option("path", str(work / "out"))
@@ -55,9 +54,15 @@ def main() -> int:
     (work / "stopping").write_text(repr(time.time()))  # wall clock: the test compares
     query.stop()
     (work / "stop-returned").write_text(repr(time.time()))
+    # query.stop() does not wait for the hand-off (it runs in the source's Python process)
+    left = wait_for_handover(options, timeout=30)
+    (work / "handed-over").write_text(repr(time.time()))
     spark.stop()
     if failed is not None:
         print(f"query failed: {failed}", file=sys.stderr)
+        return 1
+    if left:
+        print(f"leases still held after the hand-off wait: {left}", file=sys.stderr)
         return 1
     (work / "stopped").touch()
     return 0

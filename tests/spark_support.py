@@ -70,9 +70,14 @@ def read_json_sink(path: Path) -> list[dict[str, Any]]:
     files: list[Path]
     if meta.exists():
         files = []
-        for log in sorted(meta.iterdir(), key=lambda p: p.name):
-            if log.name.startswith(".") or log.name.endswith(".crc"):
+        logs = {int(p.name.removesuffix(".compact")): p for p in meta.iterdir()
+                if p.name.removesuffix(".compact").isdigit()}
+        # every 10th log is compacted: "<n>.compact" lists the files of all batches up to n
+        compacted = max((n for n, p in logs.items() if p.name.endswith(".compact")), default=-1)
+        for n in sorted(logs):
+            if n < compacted:
                 continue
+            log = logs[n]
             for line in log.read_text().splitlines()[1:]:
                 entry = json.loads(line)
                 if entry.get("action", "add") == "add":

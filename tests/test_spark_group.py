@@ -160,6 +160,10 @@ def test_two_applications_share_shards_and_hand_over(aws: LocalAWS, apps: Any) -
           f"(polled every 0.05 s); hand-off rows seen before B adopted them: "
           f"{len(seen_handed_off)}/{len(a_shards)}")
     assert proc_a.wait(180) == 0, (work_a / "log.txt").read_text()[-3000:]
+    returned = float((work_a / "stop-returned").read_text())
+    waited = float((work_a / "handed-over").read_text())
+    print(f"A: query.stop() took {returned - stopping:.2f} s; wait_for_handover returned "
+          f"{waited - stopping:.2f} s after query.stop() was called")
     put_json(kinesis, "orders", [{"id": i} for i in range(120, 160)])
     wait_for(lambda: all_read(160, work_a, work_b), 240, "B to read A's shards on")
 

@@ -19,9 +19,11 @@ from typing import Any
 
 import pytest
 
+from kinesis.errors import InvalidOptionError
 from kinesis.lease_model import Checkpoint
 from kinesis.leases import LeaseTable
 from kinesis.testing import LocalAWS
+from spark_integration.handover import wait_for_handover
 from spark_integration.sigterm import SigtermStop
 from tests.spark_support import create_stream, put_json
 
@@ -151,12 +153,7 @@ READER = """
     from spark_integration.options import parse_options
     from spark_integration.stream_reader import KinesisStreamReader
 
-    options = parse_options({
-        "streamName": "orders", "endpointUrl": sys.argv[1], "region": "us-east-1",
-        "initialPosition": "TRIM_HORIZON", "maxRecordsPerShard": "3",
-        "leaseTable": "spark-leases", "applicationName": "app", "membership": "static",
-        "members": "m1", "memberId": "m1", "leaseDuration": "60s",
-    }, streaming=True)
+    options = parse_options(json.loads(OPTIONS), streaming=True)
     reader = KinesisStreamReader(options)
     limit = reader.getDefaultReadLimit()
     start = reader.initialOffset()
@@ -174,6 +171,15 @@ READER = """
 """
 
 
+def _options(aws: LocalAWS) -> dict[str, str]:
+    return {
+        "streamName": "orders", "endpointUrl": aws.endpoint_url, "region": "us-east-1",
+        "initialPosition": "TRIM_HORIZON", "maxRecordsPerShard": "3",
+        "leaseTable": "spark-leases", "applicationName": "app", "membership": "static",
+        "members": "m1", "memberId": "m1", "leaseDuration": "60s",
+    }
+
+
 def _seq(offset: dict[str, Any]) -> str:
     (entry,) = offset.values()
     return str(entry["seq"])
@@ -184,7 +190,8 @@ def test_sigterm_hands_the_lease_on_with_the_last_committed_checkpoint(aws: Loca
     kinesis = aws.client("kinesis")
     create_stream(kinesis, "orders", 1)
     put_json(kinesis, "orders", [{"id": i} for i in range(10)])
-    code = READER.replace("sys.argv[1]", repr(aws.endpoint_url))
+    options = _options(aws)
+    code = READER.replace("json.loads(OPTIONS)", repr(options))
     proc = _child(code, env={"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing"})
     offsets = json.loads(_line(proc))
     committed, planned = _seq(offsets["committed"]), _seq(offsets["planned"])
@@ -194,8 +201,10 @@ def test_sigterm_hands_the_lease_on_with_the_last_committed_checkpoint(aws: Loca
     held = table.get(key)
     assert held is not None and held.owner == "m1"
     assert held.checkpoint == Checkpoint(committed)
+    assert wait_for_handover(options, timeout=0) == [key]
 
     proc.send_signal(signal.SIGTERM)
+    assert wait_for_handover(options, timeout=30) == []
     _finish(proc)
     assert proc.returncode == -signal.SIGTERM
     lease = table.get(key)
@@ -204,3 +213,10 @@ def test_sigterm_hands_the_lease_on_with_the_last_committed_checkpoint(aws: Loca
     # keeping the checkpoint of the committed batch, never the planned one.
     assert lease.owner is None
     assert lease.checkpoint == Checkpoint(committed)
+
+
+def test_wait_for_handover_needs_group_options() -> None:
+    with pytest.raises(InvalidOptionError, match="leaseTable"):
+        wait_for_handover({"streamName": "orders", "region": "us-east-1"}, timeout=0)
+    with pytest.raises(ValueError, match="timeout"):
+        wait_for_handover({"streamName": "orders"}, timeout=-1)
