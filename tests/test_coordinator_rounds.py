@@ -81,15 +81,21 @@ def test_a_light_round_takes_over_an_expired_lease_at_expiry(table: LeaseTable) 
     assert other.counters["takeovers"] == 1 and other.counters["ticks"] == ticks
 
 
-def test_a_finished_handoff_is_written_at_once_not_on_the_next_round(table: LeaseTable) -> None:
+def pending_handoff(table: LeaseTable) -> tuple[LeaseCoordinator, ManualListener, str]:
+    """A started coordinator (slow rounds) whose listener was asked to hand one key to b."""
     membership = StaticMembership(["a"], "a")
     listener = ManualListener()
     a = LeaseCoordinator(table, membership, ["k1", "k2"], listener, **SLOW).start()
+    eventually(lambda: len(a.held_keys()) == 2, what="a to create both leases")
+    membership.set_members(["a", "b"])
+    a.tick()  # plans b in and asks the listener to hand one key off
+    (key,) = listener.requested
+    return a, listener, key
+
+
+def test_a_finished_handoff_is_written_at_once_not_on_the_next_round(table: LeaseTable) -> None:
+    a, listener, key = pending_handoff(table)
     try:
-        eventually(lambda: len(a.held_keys()) == 2, what="a to create both leases")
-        membership.set_members(["a", "b"])
-        a.tick()  # plans b in and asks the listener to hand one key off
-        (key,) = listener.requested
         rounds = (a.counters["ticks"], a.counters["refreshes"])
         listener.requested[key].set()
         eventually(lambda: owners(table)[key] == "b", what="the hand-off write")
@@ -311,14 +317,8 @@ class FlakyTable(LeaseTable):
 
 def test_a_failing_handoff_write_between_rounds_neither_kills_the_loop_nor_spins(aws: LocalAWS) -> None:
     table = FlakyTable(shared_client(aws), "flaky-handoff").ensure_table()
-    membership = StaticMembership(["a"], "a")
-    listener = ManualListener()
-    a = LeaseCoordinator(table, membership, ["k1", "k2"], listener, **SLOW).start()
+    a, listener, key = pending_handoff(table)
     try:
-        eventually(lambda: len(a.held_keys()) == 2, what="a to create both leases")
-        membership.set_members(["a", "b"])
-        a.tick()
-        (key,) = listener.requested
         table.fail_handoffs = 1
         listener.requested[key].set()
         eventually(lambda: a.counters["lease_loop_errors"] == 1, what="the failed write")
