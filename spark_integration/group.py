@@ -110,21 +110,21 @@ class GroupSession:
         kube = open_kubernetes_membership(group) if group.membership == "kubernetes" else None
         try:
             self.table = LeaseTable.open(client("dynamodb", options), group.lease_table)
+            self.membership: Membership = (
+                kube if kube is not None else build_membership(group, self.table))
+            self.coordinator = LeaseCoordinator(
+                self.table,
+                self.membership,
+                self._resources,
+                self,
+                lease_duration=group.lease_duration_s,
+                replicas=group.replicas,
+                initial_checkpoint=self.start_checkpoint,
+            ).start()
         except BaseException:
             if kube is not None:
                 close_membership(kube)
             raise
-        self.membership: Membership = (
-            kube if kube is not None else build_membership(group, self.table))
-        self.coordinator = LeaseCoordinator(
-            self.table,
-            self.membership,
-            self._resources,
-            self,
-            lease_duration=group.lease_duration_s,
-            replicas=group.replicas,
-            initial_checkpoint=self.start_checkpoint,
-        ).start()
 
     # -- set-up --------------------------------------------------------------------------
     def _initial_checkpoint(self, start_ms: int) -> Checkpoint:

@@ -55,10 +55,11 @@ def open_kubernetes_membership(group: GroupOptions) -> KubernetesMembership:
             max_staleness=k8s.max_staleness_s,
         )
         members = membership.members()
-    except (ConfigurationError, MembershipError) as exc:
+    except BaseException as exc:
         if membership is not None:
             membership.close()
-        exc.add_note(_OPTIONS_HINT)
+        if isinstance(exc, ConfigurationError | MembershipError):
+            exc.add_note(_OPTIONS_HINT)
         raise
     if group.member_id not in members:
         log.warning(

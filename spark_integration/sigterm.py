@@ -66,6 +66,8 @@ class SigtermStop:
             log.debug("%s: not on the main thread, SIGTERM keeps its handler", self._name)
             return False
         previous = signal.getsignal(signal.SIGTERM)
+        if previous == self._handle:  # left installed by a stop off the main thread
+            previous = self._previous
         if previous is None or previous == signal.SIG_IGN:  # None: a handler set outside Python
             return False
         signal.signal(signal.SIGTERM, self._handle)
@@ -75,11 +77,9 @@ class SigtermStop:
 
     def uninstall(self) -> None:
         """Give SIGTERM back to the previous handler (if ours is still the one installed)."""
-        if not self._installed:
-            return
         self._installed = False
         if threading.current_thread() is not threading.main_thread():
-            return
+            return  # only the main thread may; install() and _terminate() mend it later
         if signal.getsignal(signal.SIGTERM) == self._handle:
             signal.signal(signal.SIGTERM, self._previous)
 

@@ -91,14 +91,17 @@ class KinesisStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__init__(state["options"])  # type: ignore[misc]
 
+    def _stopped_by_sigterm(self) -> KinesisHashRingError:
+        return KinesisHashRingError(
+            f"{_describe(self.options)}: the reader was stopped by SIGTERM (its leases were "
+            "handed on); restart the query to read again")
+
     @property
     def state(self) -> _DriverState:
         """Driver-side state (clients, shard discovery, probes, group session), made lazily."""
         if self._state is None:
             if self._sigterm.requested:
-                raise KinesisHashRingError(
-                    f"{_describe(self.options)}: the reader was stopped by SIGTERM (its leases "
-                    "were handed on); restart the query to read again")
+                raise self._stopped_by_sigterm()
             self._state = _DriverState(self.options)
             if self._state.group is not None:
                 self._sigterm.install()
@@ -157,6 +160,8 @@ class KinesisStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     # -- planning and reading -------------------------------------------------------------
     def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> list[InputPartition]:
+        if self._sigterm.requested:  # stopped by SIGTERM: plan nothing that cannot commit
+            raise self._stopped_by_sigterm()
         with self._sigterm.busy():
             return self._partitions(start, end)
 

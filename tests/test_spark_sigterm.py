@@ -220,3 +220,20 @@ def test_wait_for_handover_needs_group_options() -> None:
         wait_for_handover({"streamName": "orders", "region": "us-east-1"}, timeout=0)
     with pytest.raises(ValueError, match="timeout"):
         wait_for_handover({"streamName": "orders"}, timeout=-1)
+
+
+def test_a_reinstall_after_an_uninstall_off_the_main_thread_still_terminates() -> None:
+    proc = _child(PRELUDE + """
+    import threading
+    guard = SigtermStop(lambda: say("stop"))
+    guard.install()
+    worker = threading.Thread(target=guard.uninstall)  # cannot touch the handler from there
+    worker.start(); worker.join()
+    guard.install()  # must not record its own handler as "the previous one"
+    say("ready")
+    os.kill(os.getpid(), signal.SIGTERM)
+    say("still-alive")
+    """)
+    assert _line(proc) == "ready"
+    assert _finish(proc) == ["stop"]  # the stop ran, then SIGTERM's default ended the process
+    assert proc.returncode == -signal.SIGTERM
