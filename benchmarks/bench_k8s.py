@@ -35,7 +35,6 @@ double claim or poll mode breaks its request bound.
 from __future__ import annotations
 
 import argparse
-import json
 import logging
 import platform
 import sys
@@ -51,6 +50,7 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
+from benchmarks.report import write_json  # noqa: E402
 from hashring import HashRing, KubernetesMembership, StaticMembership  # noqa: E402
 from tests.support.fake_k8s import FakeClock, FakeKubernetes  # noqa: E402
 
@@ -287,7 +287,7 @@ def main(argv: list[str] | None = None) -> int:
         "rolling_update": rolling,
     }
     RESULTS.mkdir(exist_ok=True)
-    (RESULTS / "k8s.json").write_text(json.dumps(result, indent=2) + "\n")
+    write_json(RESULTS / "k8s.json", result)
 
     t = Table(title="Kubernetes API requests per member per minute "
                     f"({len(KEYS)} keys x {RATE}/s = {RATE * len(KEYS):,} calls/s)")

@@ -30,7 +30,6 @@ Writes benchmarks/results/lease_dynamics.json.
 from __future__ import annotations
 
 import argparse
-import json
 import logging
 import os
 import platform
@@ -50,6 +49,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from benchmarks.moto_process import MotoProcess  # noqa: E402
+from benchmarks.report import write_json  # noqa: E402
 from examples.demo_fleet import Fleet, Producer, audit, processed_keys, read_ledgers  # noqa: E402
 from kinesis.leases import LeaseTable  # noqa: E402
 
@@ -314,8 +314,7 @@ def main(argv: list[str] | None = None) -> int:
     console.print(table)
     data["load_average_at_end"] = [round(x, 2) for x in os.getloadavg()]
     console.print(f"load average {data['load_average_at_start']} -> {data['load_average_at_end']} on {os.cpu_count()} CPUs")
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(data, indent=2) + "\n")
+    write_json(args.out, data)
     return 0 if a["ok"] and a["graceful_duplicates"] == 0 else 1
 
 

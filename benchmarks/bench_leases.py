@@ -38,7 +38,6 @@ import argparse
 import contextlib
 import heapq
 import itertools
-import json
 import logging
 import math
 import platform
@@ -54,6 +53,7 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
+from benchmarks.report import write_json  # noqa: E402
 from hashring import StaticMembership  # noqa: E402
 from kinesis.clock import FakeClock  # noqa: E402
 from kinesis.coordinator import LeaseCoordinator  # noqa: E402
@@ -451,8 +451,7 @@ def main(argv: list[str] | None = None) -> int:
         f"(ratio {results['requests_ratio_ours_over_kcl']})"
     )
     print(f"targets: {results['targets']}")
-    RESULTS.parent.mkdir(parents=True, exist_ok=True)
-    RESULTS.write_text(json.dumps(results, indent=2) + "\n")
+    write_json(RESULTS, results)
     print(f"wrote {RESULTS.relative_to(ROOT)} in {results['wall_seconds']} s")
     return 0 if all(results["targets"].values()) else 1
 

@@ -17,7 +17,6 @@ issue's bounds (max - min <= 1, moved <= 1.05 x optimum on one join or leave).
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import sys
 import time
@@ -29,6 +28,12 @@ from rich.table import Table
 
 from hashring.sim.report import render_report
 from hashring.simulate import DEFAULT_KEYS, DEFAULT_MEMBERS, SIM_STRATEGIES, run_grid
+
+ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from benchmarks.report import write_json  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parent / "results"
 
@@ -116,8 +121,7 @@ def main(argv: list[str] | None = None) -> int:
     data["baseline"] = "optimum of each scenario, computed in the same run (see hashring.simulate)"
     data["seed_sweep"] = {"seeds": args.seeds, "strategies": sweep}
     data["total_elapsed_s"] = round(time.perf_counter() - started, 3)
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(data, indent=2) + "\n")
+    write_json(args.out, data)
     console.print(f"wrote {args.out} ({data['total_elapsed_s']} s)")
     return 0 if all(c.passed for c in report.checks()) else 1
 

@@ -20,7 +20,6 @@ Writes benchmarks/results/planner.json.
 from __future__ import annotations
 
 import argparse
-import json
 import platform
 import statistics
 import sys
@@ -35,6 +34,12 @@ from rich.table import Table
 
 from hashring import HashRing, StaticMembership, owners_of, plan_assignment
 from hashring.hashing import member_hash, score_matrix, string_key_hash
+
+ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from benchmarks.report import write_json  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parent / "results"
 LOOKUP_TARGET = 1_000_000
@@ -183,8 +188,7 @@ def main(argv: list[str] | None = None) -> int:
         "lookups": lookups,
         "plan": plan,
     }
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(data, indent=2) + "\n")
+    write_json(args.out, data)
     console.print(f"wrote {args.out}")
     correct = plan["join_moved"] == plan["join_optimum"] and plan["join_max_minus_min"] <= 1
     return 0 if correct and plan["no_change_moved"] == 0 else 1

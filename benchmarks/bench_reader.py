@@ -21,7 +21,6 @@ Writes benchmarks/results/reader.json.
 from __future__ import annotations
 
 import argparse
-import json
 import logging
 import platform
 import sys
@@ -39,6 +38,12 @@ from kinesis.positions import InitialPosition
 from kinesis.reader import ShardReader
 from kinesis.records import records_from_response
 from kinesis.testing import LocalAWS
+
+ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from benchmarks.report import write_json  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parent / "results"
 SHARDS = 2
@@ -197,8 +202,7 @@ def main(argv: list[str] | None = None) -> int:
         "scenarios": scenarios,
         "decode_only": decode,
     }
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(data, indent=2) + "\n")
+    write_json(args.out, data)
     console.print(f"wrote {args.out}")
     return 0
 

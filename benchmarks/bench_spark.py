@@ -31,7 +31,6 @@ Writes benchmarks/results/spark.json.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import platform
 import statistics
@@ -50,6 +49,7 @@ ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "benchmarks" / "results"
 sys.path.insert(0, str(ROOT))
 
+from benchmarks.report import write_json  # noqa: E402
 from kinesis.testing import client_for  # noqa: E402
 
 PAYLOAD = 200
@@ -273,8 +273,7 @@ def main(argv: list[str] | None = None) -> int:
         "source_runs": runs,
         "latency": {"producer_records_per_s": args.rate, **lat},
     }
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(data, indent=2) + "\n")
+    write_json(args.out, data)
     console.print(f"wrote {args.out}")
     return 0
 

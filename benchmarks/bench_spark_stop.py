@@ -21,7 +21,6 @@ The moto server runs in its own process. Writes benchmarks/results/spark_stop.js
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import platform
 import statistics
@@ -36,6 +35,7 @@ sys.path.insert(0, str(ROOT))
 
 from benchmarks.bench_spark import spark_session  # noqa: E402
 from benchmarks.moto_process import MotoProcess  # noqa: E402
+from benchmarks.report import write_json  # noqa: E402
 from kinesis.errors import LeaseTableNotFoundError  # noqa: E402
 from spark_integration.handover import held_leases  # noqa: E402
 
@@ -120,8 +120,7 @@ def main() -> int:
     print(f"median: leases free {median:.3f} s after query.stop() "
           f"({result['ratio_to_lease_duration']:.3f}x the {LEASE_DURATION_S:g} s lease "
           f"duration another application would otherwise wait)")
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    (RESULTS / "spark_stop.json").write_text(json.dumps(result, indent=2) + "\n")
+    write_json(RESULTS / "spark_stop.json", result)
     return 0
 
 

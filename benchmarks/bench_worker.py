@@ -23,7 +23,6 @@ Writes benchmarks/results/worker.json.
 from __future__ import annotations
 
 import argparse
-import json
 import logging
 import os
 import platform
@@ -41,6 +40,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from benchmarks.moto_process import MotoProcess  # noqa: E402
+from benchmarks.report import write_json  # noqa: E402
 from kinesis import Checkpointer, Record, RecordProcessor, StreamConfig, Worker, WorkerConfig  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parent / "results"
@@ -210,8 +210,7 @@ def main(argv: list[str] | None = None) -> int:
         table.add_row(name, f"{best[name]:,.0f}", f"{best[name] / base:.2f}")
     Console().print(table)
     Console().print(f"worker start-up before the first GetShardIterator: {result['worker_startup_s']:.2f} s")
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(result, indent=2) + "\n")
+    write_json(args.out, result)
     return 0
 
 
