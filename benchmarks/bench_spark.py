@@ -34,7 +34,6 @@ import argparse
 import os
 import platform
 import statistics
-import subprocess
 import sys
 import tempfile
 import threading
@@ -49,32 +48,10 @@ ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "benchmarks" / "results"
 sys.path.insert(0, str(ROOT))
 
+from benchmarks.moto_process import MotoProcess  # noqa: E402
 from benchmarks.report import write_json  # noqa: E402
-from kinesis.testing import client_for  # noqa: E402
 
 PAYLOAD = 200
-SERVER = (
-    "import threading, logging\n"
-    "logging.getLogger('werkzeug').setLevel(logging.ERROR)\n"
-    "from kinesis.testing import LocalAWS\n"
-    "aws = LocalAWS().start()\n"
-    "print(aws.endpoint_url, flush=True)\n"
-    "threading.Event().wait()\n"
-)
-
-
-def start_server() -> tuple[subprocess.Popen[str], str]:
-    """A moto server in a child process; returns it and its endpoint URL."""
-    proc = subprocess.Popen([sys.executable, "-c", SERVER], cwd=ROOT, stdout=subprocess.PIPE,
-                            text=True)
-    assert proc.stdout is not None
-    endpoint = proc.stdout.readline().strip()
-    if not endpoint.startswith("http"):
-        proc.kill()
-        raise SystemExit("the moto server did not start")
-    return proc, endpoint
-
-
 def fill(kinesis: Any, stream: str, shards: int, records: int) -> None:
     kinesis.create_stream(StreamName=stream, ShardCount=shards)
     kinesis.get_waiter("stream_exists").wait(StreamName=stream, WaiterConfig={"Delay": 0.1})
@@ -101,26 +78,12 @@ def plain_reader(kinesis: Any, stream: str) -> int:
 
 
 def spark_session() -> Any:
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
-    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     os.environ.setdefault("AWS_ACCESS_KEY_ID", "bench")
     os.environ.setdefault("AWS_SECRET_ACCESS_KEY", "bench")
     os.environ.setdefault("AWS_DEFAULT_REGION", "us-east-1")
-    from pyspark.sql import SparkSession
+    from spark_integration.local import local_session
 
-    import spark_integration
-
-    spark = (SparkSession.builder.master("local[2]").appName("bench-spark")
-             .config("spark.ui.enabled", "false")
-             .config("spark.ui.showConsoleProgress", "false")
-             .config("spark.sql.shuffle.partitions", "2")
-             .config("spark.driver.bindAddress", "127.0.0.1")
-             .config("spark.driver.host", "127.0.0.1")
-             .getOrCreate())
-    spark.sparkContext.setLogLevel("ERROR")
-    spark_integration.register(spark)
-    return spark
+    return local_session("bench-spark")
 
 
 def through_source(spark: Any, endpoint: str, stream: str, per_shard: int,
@@ -207,9 +170,9 @@ def main(argv: list[str] | None = None) -> int:
                                            else (80_000, 2, 5_000, 40))
     console = Console()
     load_before = os.getloadavg()[0]
-    server, endpoint = start_server()
-    try:
-        kinesis = client_for("kinesis", endpoint)
+    with MotoProcess() as aws:
+        endpoint = aws.endpoint_url
+        kinesis = aws.client("kinesis")
         fill(kinesis, "bench", args.shards, records)
         spark = spark_session()
         work = Path(tempfile.mkdtemp(prefix="bench-spark-"))
@@ -233,9 +196,6 @@ def main(argv: list[str] | None = None) -> int:
                     source_wall.append(run["rows"] / run["wall_s"])
         lat = latency(spark, endpoint, kinesis, "bench-latency", args.rate, seconds, work)
         spark.stop()
-    finally:
-        server.kill()
-        server.wait()
 
     base, busy, wall = max(base_rates), max(source_busy), max(source_wall)
     table = Table(title=f"kinesis source -> noop sink (local[2]) vs plain boto3 reader, "

@@ -111,12 +111,9 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--keep", type=Path, help="write output here (default: a temp dir)")
     args = parser.parse_args()
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     os.environ.setdefault("AWS_ACCESS_KEY_ID", "demo")
     os.environ.setdefault("AWS_SECRET_ACCESS_KEY", "demo")
     os.environ.setdefault("AWS_DEFAULT_REGION", "us-east-1")
-    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     logging.getLogger("werkzeug").setLevel(logging.ERROR)  # the moto server's access log
     console = Console()
     work = args.keep or Path(tempfile.mkdtemp(prefix="spark-pipeline-"))
@@ -127,21 +124,10 @@ def main() -> int:
         kinesis = aws.client("kinesis")
         kinesis.create_stream(StreamName=STREAM, ShardCount=SHARDS)
         kinesis.get_waiter("stream_exists").wait(StreamName=STREAM, WaiterConfig={"Delay": 0.1})
-        from pyspark.sql import SparkSession
-
-        import spark_integration
+        from spark_integration.local import local_session
 
         started = time.monotonic()
-        spark = (SparkSession.builder.master("local[2]").appName("kinesis-spark-pipeline")
-                 .config("spark.ui.enabled", "false")
-                 .config("spark.ui.showConsoleProgress", "false")
-                 .config("spark.sql.shuffle.partitions", "2")
-                 .config("spark.sql.session.timeZone", "UTC")
-                 .config("spark.driver.bindAddress", "127.0.0.1")
-                 .config("spark.driver.host", "127.0.0.1")
-                 .getOrCreate())
-        spark.sparkContext.setLogLevel("ERROR")
-        spark_integration.register(spark)
+        spark = local_session("kinesis-spark-pipeline")
         console.print(f"Spark {spark.version} up in {time.monotonic() - started:.1f} s; "
                       f"output in {work}")
 

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import sys
 import threading
 import time
 from collections import Counter
@@ -17,32 +16,13 @@ from unittest import mock
 
 def make_session(master: str = "local[2]", app_name: str = "kinesis-hashring-tests") -> Any:
     """A local SparkSession whose Python workers run this interpreter (the project's venv)."""
-    os.environ["PYSPARK_PYTHON"] = sys.executable
-    os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
     os.environ.setdefault("AWS_ACCESS_KEY_ID", "testing")
     os.environ.setdefault("AWS_SECRET_ACCESS_KEY", "testing")
     os.environ.setdefault("AWS_DEFAULT_REGION", "us-east-1")
-    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
-    from pyspark.sql import SparkSession
+    from spark_integration.local import local_session
 
-    import spark_integration
-
-    spark = (
-        SparkSession.builder.master(master)
-        .appName(app_name)
-        .config("spark.ui.enabled", "false")
-        .config("spark.ui.showConsoleProgress", "false")
-        .config("spark.sql.shuffle.partitions", "2")
-        .config("spark.default.parallelism", "2")
-        .config("spark.driver.bindAddress", "127.0.0.1")
-        .config("spark.driver.host", "127.0.0.1")
-        .config("spark.sql.session.timeZone", "UTC")
-        .config("spark.sql.streaming.stopTimeout", "60s")
-        .getOrCreate()
-    )
-    spark.sparkContext.setLogLevel("ERROR")
-    spark_integration.register(spark)
-    return spark
+    return local_session(app_name, master, **{"spark.default.parallelism": "2",
+                                              "spark.sql.streaming.stopTimeout": "60s"})
 
 
 def create_stream(kinesis: Any, name: str, shards: int) -> None:
