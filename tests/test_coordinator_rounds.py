@@ -20,7 +20,7 @@ from kinesis.lease_model import Lease, TableSnapshot
 from kinesis.leases import LeaseTable
 from kinesis.testing import LocalAWS
 from tests.coordinator_fleet import Fleet, shared_client
-from tests.support.fake_k8s import eventually
+from tests.support.waiting import eventually
 
 SLOW = {"lease_duration": 60.0, "tick_interval": 20.0, "scan_interval": 20.0}
 

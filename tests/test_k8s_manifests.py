@@ -10,7 +10,8 @@ import yaml
 
 from hashring import KubernetesMembership
 from hashring.membership.k8s_api import MODES, permissions
-from tests.support.fake_k8s import FakeClock, FakeKubernetes, eventually
+from tests.support.fake_k8s import FakeClock, FakeKubernetes
+from tests.support.waiting import eventually
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = ROOT / "examples" / "k8s"

@@ -21,7 +21,8 @@ from hashring.errors import (
     PodOwnerError,
     StaleMembershipError,
 )
-from tests.support.fake_k8s import FakeClock, FakeKubernetes, eventually
+from tests.support.fake_k8s import FakeClock, FakeKubernetes
+from tests.support.waiting import eventually
 
 NS = "streaming"
 TTL = 5.0

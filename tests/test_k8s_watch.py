@@ -15,7 +15,8 @@ import pytest
 
 from hashring import HashRing, KubernetesMembership
 from hashring.errors import KubernetesPermissionError, StaleMembershipError
-from tests.support.fake_k8s import FakeClock, FakeKubernetes, eventually
+from tests.support.fake_k8s import FakeClock, FakeKubernetes
+from tests.support.waiting import eventually
 
 NS = "streaming"
 

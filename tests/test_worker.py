@@ -37,7 +37,8 @@ from kinesis.signals import stop_on_signals
 from kinesis.testing import LocalAWS
 from kinesis.worker_config import parse_lease_key
 from tests.support.kinesis_faults import FaultInjector
-from tests.support.worker_journal import Journal, JournalProcessor, eventually, put_records
+from tests.support.waiting import eventually
+from tests.support.worker_journal import Journal, JournalProcessor, put_records
 
 NO_BOTO_RETRIES = Config(retries={"total_max_attempts": 1})
 

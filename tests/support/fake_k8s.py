@@ -54,18 +54,6 @@ class FakeClock:
             self._now += seconds
 
 
-def eventually(predicate: Callable[[], Any], timeout: float = 10.0, what: str = "") -> Any:
-    """Wait (with a deadline) until ``predicate()`` is truthy; return its value."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what or predicate}")
-        threading.Event().wait(0.01)
-
-
 @dataclass(frozen=True)
 class Request:
     """One request the fake server answered."""

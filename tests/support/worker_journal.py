@@ -136,18 +136,6 @@ def make_worker(
     )
 
 
-def eventually(predicate: Callable[[], bool], timeout: float = 30.0, interval: float = 0.05) -> bool:
-    """Poll ``predicate`` until it holds or ``timeout`` passes (waiting on an Event, not sleeping)."""
-    deadline = time.monotonic() + timeout
-    pause = threading.Event()
-    while True:
-        if predicate():
-            return True
-        if time.monotonic() >= deadline:
-            return False
-        pause.wait(interval)
-
-
 def put_records(client: Any, stream: str, n: int, prefix: str = "r", keys: int = 16) -> list[tuple[str, str]]:
     """Put ``n`` records (PutRecords, in order); return their (shard id, sequence number)."""
     out: list[tuple[str, str]] = []
