@@ -21,9 +21,10 @@ owner and counter fence. The same comparison is made locally first, so a backwar
 checkpoint is refused without a round trip.
 
 Throttling, 5xx and connection errors are retried with jittered exponential backoff
-(tenacity). A retried write that then meets a failed condition checks the row's
-``writeToken``: if the row carries the token of this very write, an earlier attempt
-succeeded (e.g. the response was lost) and the write is reported as done.
+(tenacity). A write that meets a failed condition checks the row's ``writeToken``:
+every write carries a fresh token, so a row with the token of this very write means an
+earlier attempt was applied (its answer was an error or was lost, and botocore or this
+layer retried) and the write is reported as done.
 
 Rows that cannot be parsed raise :class:`~kinesis.errors.CorruptLeaseError` from
 :meth:`get` and are reported (logged once, listed in ``TableSnapshot.corrupt``) and
@@ -41,7 +42,6 @@ from typing import Any, TypeVar
 
 import botocore.exceptions
 from tenacity import (
-    RetryCallState,
     Retrying,
     retry_if_exception,
     retry_if_result,
@@ -168,18 +168,12 @@ class LeaseTable:
 
     # --- plumbing --------------------------------------------------------------------
 
-    def _retrying(self, fn: Callable[[], T], attempts: list[int] | None = None) -> T:
+    def _retrying(self, fn: Callable[[], T]) -> T:
         """Call ``fn`` with retries on transient errors; wrap exhausted retries."""
-
-        def count(state: RetryCallState) -> None:
-            if attempts is not None:
-                attempts[0] = state.attempt_number
-
         retrying = Retrying(
             retry=retry_if_exception(is_transient),
             wait=wait_random_exponential(multiplier=0.05, max=self.retry_max_wait),
             stop=stop_after_attempt(self.retry_attempts),
-            before=count,
             reraise=True,
         )
         try:
@@ -208,25 +202,21 @@ class LeaseTable:
         Returns the new item (UpdateItem) or ``{}``; raises :class:`_ConditionFailed` with
         the current row unless that row carries ``token`` after a retry (our own write).
         """
-        attempts = [1]
         call = getattr(self.client, op)
         kwargs = {"TableName": self.table_name, **kwargs}
         if op != "delete_item":
             kwargs["ReturnValuesOnConditionCheckFailure"] = "ALL_OLD"
         try:
-            response = self._retrying(lambda: call(**kwargs), attempts)
+            response = self._retrying(lambda: call(**kwargs))
         except botocore.exceptions.ClientError as exc:
             if _error_code(exc) != "ConditionalCheckFailedException":
                 raise
             current = exc.response.get("Item")
             if current is None and op != "put_item":
                 current = self._get_item(kwargs["Key"][m.KEY]["S"])
-            if (
-                token is not None
-                and attempts[0] > 1
-                and current is not None
-                and current.get(m.WRITE_TOKEN, {}).get("S") == token
-            ):
+            # The token is fresh for every write, so a row carrying it holds this very write:
+            # an earlier attempt was applied, whoever retried it (botocore or this layer).
+            if token and current is not None and current.get(m.WRITE_TOKEN, {}).get("S") == token:
                 log.info("%s %s: an earlier attempt succeeded (write token matches)", op, token)
                 return current
             raise _ConditionFailed(current) from None

@@ -573,3 +573,70 @@ def test_fake_clock_moves_forward_only() -> None:
     assert clock() == 5 and clock.advance(1.5) == 6.5
     with pytest.raises(ConfigurationError):
         clock.advance(-1)
+
+
+# --- writes applied by DynamoDB that still answered with an error (botocore retries) --------
+
+
+@pytest.fixture
+def proxied_table(aws: LocalAWS) -> Any:
+    """A table whose client (default botocore retries) talks to moto through a fault proxy."""
+    from tests.support.fault_proxy import fault_proxy
+
+    with fault_proxy(aws.endpoint_url) as proxy:
+        client = boto3_client_via(proxy.endpoint_url, aws)
+        yield LeaseTable.open(client, TABLE), proxy
+
+
+def boto3_client_via(endpoint_url: str, aws: LocalAWS) -> Any:
+    from kinesis.testing import client_for
+
+    return client_for("dynamodb", endpoint_url, aws.region, config=Config(retries={"mode": "standard"}))
+
+
+def test_a_write_applied_then_answered_500_is_ours_whoever_retried(proxied_table: Any) -> None:
+    """DynamoDB applies a write and answers 500; botocore (not us) retries; the condition
+    then fails on our own write. The write token says it was ours: no LeaseLostError."""
+    from tests.support.fault_proxy import Fault
+
+    table, proxy = proxied_table
+    applied_then_500 = Fault("applied_then_error")
+    proxy.queue("PutItem", applied_then_500)
+    lease = table.create_lease_if_absent("s-1", owner="a")
+    assert lease is not None and lease.owner == "a"
+    proxy.queue("UpdateItem", applied_then_500)
+    renewed = table.renew(lease)
+    assert renewed.counter == lease.counter + 1
+    proxy.queue("UpdateItem", applied_then_500)
+    checkpointed = table.checkpoint(renewed, "100")
+    assert str(checkpointed.checkpoint) == "100"
+    proxy.queue("UpdateItem", applied_then_500)
+    handed = table.handoff(checkpointed, "b")
+    assert handed.owner == "b"
+    proxy.queue("UpdateItem", applied_then_500)
+    adopted = table.adopt(handed)
+    proxy.queue("UpdateItem", applied_then_500)
+    released = table.release(adopted)
+    assert released.owner is None
+    proxy.queue("UpdateItem", applied_then_500)
+    taken = table.take(released, "c")
+    assert taken is not None and taken.owner == "c"
+    assert proxy.injected[("UpdateItem", "applied_then_error")] == 6
+    # every fault was retried by botocore itself: one extra request per write
+    assert proxy.requests["UpdateItem"] == 12 and proxy.requests["PutItem"] == 2
+
+
+def test_a_condition_failed_on_someone_elses_write_is_still_lease_lost(proxied_table: Any) -> None:
+    """The token check must not hide a real loss: after our write applied, another member
+    wrote the row (a new token), so the retry's failed condition is a genuine loss."""
+    from tests.support.fault_proxy import Fault
+
+    table, proxy = proxied_table
+    lease = table.create_lease_if_absent("s-1", owner="a")
+    assert lease is not None
+    other = LeaseTable(table.client, TABLE)
+    stolen = other.take(lease, "z")  # moves the row on: counter 2, owner z, another token
+    assert stolen is not None
+    proxy.queue("UpdateItem", Fault("applied_then_error"))
+    with pytest.raises(LeaseLostError):
+        table.renew(lease)
