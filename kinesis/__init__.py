@@ -32,6 +32,7 @@ from kinesis.lease_model import (
 from kinesis.leases import LeaseTable
 from kinesis.membership import DynamoDBMembership
 from kinesis.positions import InitialPosition, Position
+from kinesis.processing_failures import FailedBatch, FailureAction, ProcessorRetryPolicy
 from kinesis.processor import Checkpointer, InitializationInput, RecordProcessor
 from kinesis.reader import ReadResult, ShardReader, read_range
 from kinesis.records import Record
@@ -51,6 +52,8 @@ __all__ = [
     "CorruptLeaseError",
     "DuplicateMemberIdError",
     "DynamoDBMembership",
+    "FailedBatch",
+    "FailureAction",
     "FakeClock",
     "InitialPosition",
     "InitializationInput",
@@ -66,6 +69,7 @@ __all__ = [
     "LeaseTableSchemaError",
     "NullListener",
     "Position",
+    "ProcessorRetryPolicy",
     "ReadResult",
     "Record",
     "RecordProcessor",

@@ -12,7 +12,9 @@ time, so there is no second set of counters to keep in sync. Metrics (label ``wo
 ``kinesis_worker_handoffs_total``                     counter graceful hand-offs given
 ``kinesis_worker_takeovers_total``                    counter expired/orphaned leases taken
 ``kinesis_worker_lease_loop_errors_total``            counter failed lease-loop operations
-``kinesis_worker_processor_errors_total``             counter processor/consumer failures
+``kinesis_worker_processor_errors_total``             counter failed processor attempts
+``kinesis_worker_records_skipped_total``              counter records skipped by ``on_exhausted``
+``kinesis_worker_shards_stuck``                       gauge   shards stuck on one batch
 ``kinesis_worker_lease_events_total``                 counter every coordinator counter, by ``event``
 ===================================================== ======= ============================
 """
@@ -68,6 +70,13 @@ class WorkerCollector:
             if shard.millis_behind_latest is not None:
                 lag.add_metric([w, shard.application, shard.stream, shard.shard_id], shard.millis_behind_latest)
         yield lag
+        stuck = GaugeMetricFamily(
+            "kinesis_worker_shards_stuck",
+            "Shards whose processor failed on the same batch max_attempts times (still retried)",
+            labels=["worker"],
+        )
+        stuck.add_metric([w], sum(1 for shard in status.shards if shard.state == "stuck"))
+        yield stuck
         c = status.lease_counters
         for name, value, doc in (
             ("kinesis_worker_handoffs", c.get("handoffs", 0), "Graceful hand-offs given to another member"),
@@ -80,7 +89,12 @@ class WorkerCollector:
             (
                 "kinesis_worker_processor_errors",
                 status.worker_counters.get("processor_errors", 0),
-                "Processor or shard consumer failures (the shard restarts from its checkpoint)",
+                "Failed processor attempts (each batch is retried in place with backoff)",
+            ),
+            (
+                "kinesis_worker_records_skipped",
+                status.worker_counters.get("records_skipped", 0),
+                "Records skipped by ProcessorRetryPolicy.on_exhausted (e.g. dead-lettered)",
             ),
         ):
             family = CounterMetricFamily(name, doc, labels=["worker"])

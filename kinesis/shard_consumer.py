@@ -23,9 +23,11 @@ Before every read the consumer checks ``coordinator.holds(key)``: a member whose
 its local validity (renewals failing) pauses instead of processing, so it never processes
 while another member may already hold the lease.
 
-A processor exception never skips records: the consumer stops, calls ``lease_lost()``, and
-releases the lease, which is then taken again (usually by the same member) from the last
-checkpoint. Shards without a checkpoint at ``LATEST`` are *pinned* on first acquisition: the
+A processor exception never skips records on its own: the consumer keeps the lease and
+retries the batch (minus what was checkpointed) with exponential backoff, per
+:class:`~kinesis.processing_failures.ProcessorRetryPolicy`; only its opt-in ``on_exhausted``
+handler can skip a batch. An unexpected failure of the consumer itself (not the processor)
+releases the lease, which is then taken again from the last checkpoint. Shards without a checkpoint at ``LATEST`` are *pinned* on first acquisition: the
 checkpoint becomes ``AT_TIMESTAMP`` of that moment, so a later owner (hand-off or crash)
 continues from the same point instead of skipping what arrived in between.
 """
@@ -52,8 +54,15 @@ from kinesis.errors import (
 from kinesis.lease_checkpointer import LeaseCheckpointer
 from kinesis.lease_model import Checkpoint, Lease
 from kinesis.positions import InitialPosition, Position
+from kinesis.processing_failures import (
+    FailedBatch,
+    FailureAction,
+    FailureState,
+    ProcessorRetryPolicy,
+)
 from kinesis.processor import InitializationInput, RecordProcessor
 from kinesis.reader import ShardReader
+from kinesis.records import Record
 from kinesis.worker_config import ProcessorFactory, StreamConfig, WorkerConfig
 
 log = logging.getLogger(__name__)
@@ -80,11 +89,14 @@ class ShardStatus:
     stream: str
     shard_id: str
     state: str
-    """starting, processing, shutting-down, ended, lost, failed or stopped."""
+    """starting, processing, retrying, stuck, shutting-down, ended, lost, failed or stopped."""
     records_processed: int
     batches: int
     millis_behind_latest: int | None
     last_checkpoint: str | None
+    failed_attempts: int = 0
+    """Failed attempts at the current batch (0 while it goes well)."""
+    last_error: str | None = None
 
 
 class ShardConsumer:
@@ -110,6 +122,7 @@ class ShardConsumer:
         self.batches = 0
         self.millis_behind_latest: int | None = None
         self.checkpointer: LeaseCheckpointer | None = None
+        self.failure = FailureState()
         self.stopped = threading.Event()
         """Set once the processor is done with this lease (the hand-off completion)."""
         self._wake = threading.Event()  # the reader's stop event: interrupts waits and retries
@@ -165,6 +178,8 @@ class ShardConsumer:
             batches=self.batches,
             millis_behind_latest=self.millis_behind_latest,
             last_checkpoint=None if cp is None else f"{cp.sequence_number}/{cp.sub_sequence_number}",
+            failed_attempts=self.failure.attempts,
+            last_error=self.failure.error,
         )
 
     # --- the thread -------------------------------------------------------------------
@@ -271,9 +286,8 @@ class ShardConsumer:
             if batch.records:
                 # a batch is in shard order: its last record is its highest position
                 checkpointer.record_delivered(batch.records[-1:])
-                processor.process_records(
-                    batch.records, checkpointer, millis_behind_latest=batch.millis_behind_latest
-                )
+                if not self._process(batch.records, batch.millis_behind_latest, processor, checkpointer):
+                    break  # stopped while retrying: the next owner reads the batch again
                 self.records_processed += len(batch.records)
                 self.batches += 1
                 self.pool.count_records(self.spec, len(batch.records))
@@ -295,6 +309,89 @@ class ShardConsumer:
                 return True
             reader.wait(batch.suggested_wait)
         return False
+
+    def _process(
+        self,
+        records: list[Record],
+        lag: int | None,
+        processor: RecordProcessor,
+        checkpointer: LeaseCheckpointer,
+    ) -> bool:
+        """Deliver one batch, retrying in place with backoff while the processor raises.
+
+        Returns False if the consumer was stopped meanwhile (see :mod:`kinesis.processing_failures`).
+        """
+        policy = self.pool.config.processor_retry
+        base = checkpointer.last_checkpoint
+        attempts = 0
+        while True:
+            try:
+                processor.process_records(records, checkpointer, millis_behind_latest=lag)
+            except LeaseLostError:
+                raise
+            except Exception as exc:
+                if checkpointer.last_checkpoint != base:  # progress: a new (shard, checkpoint)
+                    base, attempts = checkpointer.last_checkpoint, 0
+                attempts += 1
+                self.pool.count("processor_errors")
+                if not self._after_failure(records, exc, attempts, policy):
+                    return True  # skipped by the policy's handler
+                if not self._wait_to_retry(policy.backoff(attempts)):
+                    return False
+                if checkpointer.last_checkpoint is not None:
+                    done = checkpointer.last_checkpoint
+                    records = [r for r in records if r.position > done]
+                if not records:
+                    break
+                continue
+            break
+        if self.failure.attempts:
+            log.info("%s: batch processed after %d failed attempts", self.key, self.failure.attempts)
+        self.failure = FailureState()
+        self.state = "processing"
+        return True
+
+    def _after_failure(
+        self, records: list[Record], exc: Exception, attempts: int, policy: ProcessorRetryPolicy
+    ) -> bool:
+        """Log, count and record one failed attempt; False if the batch is to be skipped."""
+        summary = f"{type(exc).__name__}: {exc}"
+        where = f"records {records[0].sequence_number}..{records[-1].sequence_number}"
+        stuck = attempts >= policy.max_attempts
+        self.failure = FailureState(attempts, summary, stuck)
+        self.state = "stuck" if stuck else "retrying"
+        if attempts == 1:
+            log.warning("%s: processor raised on %s (attempt 1, retrying in %.1f s): %s",
+                        self.key, where, policy.backoff(1), summary, exc_info=True)
+        elif not stuck:
+            log.warning("%s: processor raised on %s (attempt %d, retrying in %.1f s): %s",
+                        self.key, where, attempts, policy.backoff(attempts), summary)
+        if not stuck:
+            return True
+        batch = FailedBatch(self.key, self.spec.stream, self.shard_id, tuple(records), attempts, exc)
+        try:
+            action = policy.decide(batch)
+        except Exception as handler_exc:
+            log.error("%s: on_exhausted raised %s: %s (the batch is retried)",
+                      self.key, type(handler_exc).__name__, handler_exc)
+            action = FailureAction.RETRY
+        if action is FailureAction.SKIP:
+            log.warning("%s: %s skipped by on_exhausted after %d attempts: %s", self.key, where, attempts, summary)
+            self.pool.count("batches_skipped")
+            self.pool.count("records_skipped", len(records))
+            self.failure = FailureState()
+            return False
+        if attempts == policy.max_attempts or attempts % 10 == 0:
+            log.error("%s: STUCK on %s after %d attempts, retrying every %.0f s: %s",
+                      self.key, where, attempts, policy.max_backoff, summary)
+        return True
+
+    def _wait_to_retry(self, delay: float) -> bool:
+        """Wait ``delay`` (woken by a stop); then until the lease is valid. False if stopped."""
+        self._wake.wait(delay)
+        while self.reason is None and not self.pool.coordinator.holds(self.key):
+            self._wake.wait(self.pool.poll_interval)
+        return self.reason is None
 
     def _release(self) -> None:
         """Give the lease back, unless it is no longer ours (lost, or taken again meanwhile)."""
@@ -325,7 +422,14 @@ class ConsumerPool:
         self._consumers: dict[str, ShardConsumer] = {}
         self._lock = threading.Lock()
         self.counters: Counter[str] = Counter(
-            {"processor_errors": 0, "read_errors": 0, "shard_ends": 0, "consumers_started": 0}
+            {
+                "processor_errors": 0,
+                "batches_skipped": 0,
+                "records_skipped": 0,
+                "read_errors": 0,
+                "shard_ends": 0,
+                "consumers_started": 0,
+            }
         )
         self.records: Counter[tuple[str, str]] = Counter()
 

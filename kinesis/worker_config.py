@@ -24,6 +24,7 @@ from typing import Any
 
 from kinesis.errors import ConfigurationError
 from kinesis.positions import InitialPosition
+from kinesis.processing_failures import ProcessorRetryPolicy
 from kinesis.processor import RecordProcessor
 
 ProcessorFactory = Callable[[], RecordProcessor]
@@ -163,6 +164,11 @@ class WorkerConfig:
     when caught up (Kinesis allows 5 GetRecords per second per shard), ``shard_sync_interval``
     (how long a ListShards listing is cached; new shards are found within it).
 
+    Processor failures: ``processor_retry`` (:class:`~kinesis.processing_failures.ProcessorRetryPolicy`):
+    a batch the processor raised on is retried in place with exponential backoff; after
+    ``max_attempts`` the shard is reported stuck and retried at ``max_backoff`` unless its
+    ``on_exhausted`` handler skips (e.g. dead-letters) the batch.
+
     Health: ``health_port`` (None: no server; 0: any free port) on ``health_host``;
     ``liveness_timeout`` (default ``max(3 ticks, lease_duration)``): the liveness probe fails
     when the lease loop has not ticked for that long.
@@ -188,6 +194,7 @@ class WorkerConfig:
     health_port: int | None = None
     health_host: str = "0.0.0.0"
     liveness_timeout: float | None = None
+    processor_retry: ProcessorRetryPolicy = field(default_factory=ProcessorRetryPolicy)
 
     def __post_init__(self) -> None:
         if not isinstance(self.table_name, str) or not _TABLE_NAME.fullmatch(self.table_name):
@@ -241,6 +248,10 @@ class WorkerConfig:
             math.isfinite(self.idle_backoff) and self.idle_backoff >= 0
         ):
             raise ConfigurationError(f"idle_backoff must be a number of seconds >= 0, got {self.idle_backoff!r}")
+        if not isinstance(self.processor_retry, ProcessorRetryPolicy):
+            raise ConfigurationError(
+                f"processor_retry must be a kinesis.ProcessorRetryPolicy, got {self.processor_retry!r}"
+            )
         _positive_int("replicas", self.replicas, lo=0)
         _positive_int("max_concurrent_handoffs", self.max_concurrent_handoffs)
         _positive_int("max_records", self.max_records, hi=10000)

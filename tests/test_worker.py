@@ -20,7 +20,10 @@ from hashring import StaticMembership
 from hashring.sim.explain import explain
 from kinesis import (
     ConfigurationError,
+    FailedBatch,
+    FailureAction,
     LeaseLostError,
+    ProcessorRetryPolicy,
     StreamConfig,
     StreamNotFoundError,
     Worker,
@@ -266,15 +269,23 @@ class Probe(JournalProcessor):
     """A journal processor that can fail, and notes whether the hand-off looked complete."""
 
     fail_on: bytes | None = None
+    per_record = False
     completion_set_during_shutdown: bool | None = None
     completion: threading.Event | None = None
     late_checkpoint_error: Exception | None = None
 
     def process_records(self, records: Any, checkpointer: Any, millis_behind_latest: int | None = None) -> None:
+        self._checkpointer = checkpointer
+        if Probe.per_record:  # process and checkpoint record by record
+            for r in records:
+                if r.data == Probe.fail_on:
+                    raise RuntimeError("poison record")
+                self._add("record", seq=r.sequence_number, sub=r.sub_sequence_number, data=r.data)
+                checkpointer.checkpoint(r)
+            return
         if any(r.data == Probe.fail_on for r in records):
             raise RuntimeError("poison record")
         super().process_records(records, checkpointer, millis_behind_latest)
-        self._checkpointer = checkpointer
 
     def shutdown_requested(self, checkpointer: Any) -> None:
         Probe.completion_set_during_shutdown = Probe.completion is not None and Probe.completion.is_set()
@@ -293,6 +304,7 @@ def one_shard(aws: LocalAWS) -> Any:
     kinesis = aws.client("kinesis")
     kinesis.create_stream(StreamName="orders", ShardCount=1)
     Probe.fail_on = None
+    Probe.per_record = False
     Probe.completion = None
     Probe.completion_set_during_shutdown = None
     Probe.late_checkpoint_error = None
@@ -340,17 +352,112 @@ def test_lost_lease_stops_the_processor_and_refuses_checkpoints(one_shard: Any) 
     assert holder.released == []  # never touch a lease that is someone else's now
 
 
-def test_a_processor_exception_releases_the_lease_without_skipping_records(one_shard: Any) -> None:
+FAST_RETRY = {"initial_backoff": 0.01, "max_backoff": 0.04}
+
+
+def test_a_poison_record_is_retried_in_place_with_backoff_keeping_the_lease(one_shard: Any) -> None:
     journal, holder = Journal(), FakeHolder()
-    pool, _ = _pool(one_shard, journal, holder, max_records=5)
+    policy = ProcessorRetryPolicy(**FAST_RETRY, max_attempts=1000)
+    pool, _ = _pool(one_shard, journal, holder, max_records=5, processor_retry=policy)
     put_records(one_shard, "orders", 10)
     Probe.fail_on = b"r7"
     pool.on_lease_acquired(Lease(KEY, "w1", 1, TRIM_HORIZON))
-    assert eventually(lambda: holder.released == [KEY], 20)
-    assert pool.counters["processor_errors"] == 1
-    # the failing batch (r5..r9) was not checkpointed: the next owner reads it again
+    eventually(lambda: pool.counters["processor_errors"] >= 3, 20)
+    [status] = pool.statuses()
+    assert status.state == "retrying" and status.failed_attempts >= 3
+    assert status.last_error == "RuntimeError: poison record"
+    Probe.fail_on = None  # the cause went away (e.g. a downstream service came back)
+    assert journal.wait_for(lambda es: sum(e.kind == "record" for e in es) == 10, 20)
+    eventually(lambda: pool.statuses()[0].state == "processing", 10)
+    assert pool.statuses()[0].failed_attempts == 0
+    # the lease was kept (no restart), and every record was processed exactly once
+    assert holder.released == [] and pool.counters["consumers_started"] == 1
+    assert [e.data for e in journal.records()] == [f"r{i}".encode() for i in range(10)]
+    pool.halt_all(10)
+
+
+def test_after_max_attempts_a_shard_is_stuck_logged_once_and_still_retried(
+    one_shard: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    journal, holder = Journal(), FakeHolder()
+    pool, _ = _pool(one_shard, journal, holder, max_records=5,
+                    processor_retry=ProcessorRetryPolicy(**FAST_RETRY, max_attempts=3))
+    put_records(one_shard, "orders", 10)
+    Probe.fail_on = b"r7"
+    with caplog.at_level("WARNING", logger="kinesis.shard_consumer"):
+        pool.on_lease_acquired(Lease(KEY, "w1", 1, TRIM_HORIZON))
+        eventually(lambda: pool.counters["processor_errors"] >= 6, 20)  # retried past the limit
+    status = pool.statuses()[0]
+    assert status.state == "stuck" and status.failed_attempts >= 6
+    assert holder.released == [] and pool.counters["records_skipped"] == 0  # nothing skipped
     assert [e.data for e in journal.records()] == [f"r{i}".encode() for i in range(5)]
-    assert len(holder.checkpoints) == 1
+    ours = [r for r in caplog.records if r.name == "kinesis.shard_consumer"]
+    assert sum("STUCK" in r.getMessage() for r in ours) == 1
+    assert sum(r.exc_info is not None for r in ours) == 1  # one traceback, then one-liners
+    pool.halt_all(10)
+
+
+def test_on_exhausted_can_dead_letter_a_batch_and_the_shard_moves_on(one_shard: Any) -> None:
+    journal, holder = Journal(), FakeHolder()
+    dead_letters: list[FailedBatch] = []
+
+    def dead_letter(batch: FailedBatch) -> FailureAction:
+        dead_letters.append(batch)
+        return FailureAction.SKIP
+
+    policy = ProcessorRetryPolicy(**FAST_RETRY, max_attempts=2, on_exhausted=dead_letter)
+    pool, _ = _pool(one_shard, journal, holder, max_records=5, processor_retry=policy)
+    put_records(one_shard, "orders", 10)
+    Probe.fail_on = b"r7"
+    pool.on_lease_acquired(Lease(KEY, "w1", 1, TRIM_HORIZON))
+    eventually(lambda: dead_letters, 20)
+    later = put_records(one_shard, "orders", 3, prefix="s")
+    assert journal.wait_for(lambda es: sum(e.kind == "record" for e in es) == 8, 20)
+    [batch] = dead_letters
+    assert [r.data for r in batch.records] == [f"r{i}".encode() for i in range(5, 10)]
+    assert batch.attempts == 2 and isinstance(batch.error, RuntimeError)
+    assert [e.data for e in journal.records()] == [f"r{i}".encode() for i in range(5)] + [b"s0", b"s1", b"s2"]
+    assert pool.counters["records_skipped"] == 5 and holder.released == []
+    assert holder.checkpoints[-1] == Checkpoint(later[-1][1])  # the checkpoint moved past them
+    pool.halt_all(10)
+
+
+def test_a_retry_does_not_deliver_records_the_processor_already_checkpointed(one_shard: Any) -> None:
+    journal, holder = Journal(), FakeHolder()
+    pool, _ = _pool(one_shard, journal, holder, max_records=10,
+                    processor_retry=ProcessorRetryPolicy(**FAST_RETRY, max_attempts=1000))
+    put_records(one_shard, "orders", 10)
+    Probe.fail_on, Probe.per_record = b"r7", True
+    pool.on_lease_acquired(Lease(KEY, "w1", 1, TRIM_HORIZON))
+    eventually(lambda: pool.counters["processor_errors"] >= 2, 20)
+    Probe.fail_on = None
+    assert journal.wait_for(lambda es: sum(e.kind == "record" for e in es) == 10, 20)
+    # r0..r6 were checkpointed one by one before r7 raised: the retries start at r7
+    assert [e.data for e in journal.records()] == [f"r{i}".encode() for i in range(10)]
+    pool.halt_all(10)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"initial_backoff": 0}, "initial_backoff must be seconds > 0"),
+        ({"initial_backoff": 5, "max_backoff": 1}, "max_backoff .* must be >= initial_backoff"),
+        ({"max_attempts": 0}, "max_attempts must be an int >= 1"),
+        ({"on_exhausted": "skip"}, "on_exhausted must be a callable"),
+    ],
+)
+def test_processor_retry_policy_errors_name_the_field(kwargs: dict[str, Any], message: str) -> None:
+    with pytest.raises(ConfigurationError, match=message):
+        ProcessorRetryPolicy(**kwargs)
+
+
+def test_processor_retry_policy_backoff_doubles_up_to_the_maximum() -> None:
+    policy = ProcessorRetryPolicy(initial_backoff=0.5, max_backoff=3)
+    assert [policy.backoff(n) for n in (1, 2, 3, 4, 50)] == [0.5, 1.0, 2.0, 3.0, 3.0]
+    assert policy.decide(FailedBatch("k", "s", "sh", (), 1, RuntimeError())) is FailureAction.RETRY
+    odd = ProcessorRetryPolicy(on_exhausted=lambda batch: "later")
+    with pytest.raises(ConfigurationError, match=r"return FailureAction\.SKIP or FailureAction\.RETRY"):
+        odd.decide(FailedBatch("k", "s", "sh", (), 1, RuntimeError()))
 
 
 def test_latest_is_pinned_to_a_timestamp_on_first_acquisition(one_shard: Any) -> None:
@@ -473,3 +580,28 @@ def test_sigterm_becomes_a_stop_request_and_handlers_are_restored() -> None:
     t.start()
     t.join()
     assert outside == [False]  # only the main thread can install handlers
+
+
+def test_a_stuck_shard_is_counted_in_the_metrics() -> None:
+    pytest.importorskip("prometheus_client")
+    from prometheus_client.parser import text_string_to_metric_families
+
+    from kinesis.metrics import build_registry, render
+    from kinesis.shard_consumer import ShardStatus
+    from kinesis.worker import WorkerStatus
+
+    def shard(state: str, n: int) -> ShardStatus:
+        return ShardStatus(f"app/orders/s{n}", "app", "orders", f"s{n}", state, 5, 1, 0, None,
+                           failed_attempts=12 if state == "stuck" else 0)
+
+    class Source:
+        def status(self) -> WorkerStatus:
+            return WorkerStatus("w1", "running", True, True, ("w1",), ("a", "b", "c"), {},
+                                (shard("stuck", 1), shard("processing", 2), shard("stuck", 3)),
+                                {}, {"processor_errors": 24, "records_skipped": 7}, {}, 3, 0.1)
+
+    text = render(build_registry(Source()))[0].decode()  # type: ignore[arg-type]
+    values = {s.name: s.value for f in text_string_to_metric_families(text) for s in f.samples}
+    assert values["kinesis_worker_shards_stuck"] == 2
+    assert values["kinesis_worker_records_skipped_total"] == 7
+    assert values["kinesis_worker_processor_errors_total"] == 24
