@@ -324,6 +324,9 @@ class LeaseCoordinator:
         self._counters: Counter[str] = Counter(dict.fromkeys(COUNTER_NAMES, 0))
         self._ticks = 0
         self._last_tick_at: float | None = None
+        self._last_table_read_at: float | None = None
+        self._last_membership_at: float | None = None
+        self._last_error: str | None = None
         self._stopping = False
         self._graceful = True
         self._deadline = math.inf  # real time (time.monotonic) by which a graceful stop ends
@@ -515,6 +518,9 @@ class LeaseCoordinator:
                 ticks=self._ticks,
                 last_tick_at=self._last_tick_at,
                 counters=dict(self._counters),
+                last_table_read_at=self._last_table_read_at,
+                last_membership_at=self._last_membership_at,
+                last_error=self._last_error,
             )
 
     @property
@@ -581,9 +587,11 @@ class LeaseCoordinator:
                 self._tick(full=full)
             except KinesisHashRingError as exc:
                 self._count("lease_loop_errors")
+                self._last_error = f"{type(exc).__name__}: {exc}"
                 log.warning("%s: lease loop round failed: %s", self.member_id, exc)
-            except Exception:
+            except Exception as exc:
                 self._count("lease_loop_errors")
+                self._last_error = f"{type(exc).__name__}: {exc}"
                 log.exception("%s: lease loop round failed", self.member_id)
             finally:
                 self._ticking = None
@@ -656,6 +664,8 @@ class LeaseCoordinator:
                 self._count("membership_errors")
                 log.warning("%s: heartbeat failed: %s", self.member_id, exc)
         snapshot = self.table.scan()
+        self._last_table_read_at = self.clock()
+        self._last_error = None
         if self._drive is not None:
             self._drive.observe(snapshot)
         now = self.clock()
@@ -665,8 +675,10 @@ class LeaseCoordinator:
             listed = self.membership.members()
         except MembershipError as exc:
             self._count("membership_errors")
+            self._last_error = f"{type(exc).__name__}: {exc}"
             log.warning("%s: no member list (%s); only renewing this tick", self.member_id, exc)
             return
+        self._last_membership_at = self.clock()
         if version != self._membership_version:
             self._membership_version = version
             with self._lock:  # news about the members: suspects get a chance (on probation)

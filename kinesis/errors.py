@@ -28,6 +28,10 @@ class ShardNotFoundError(KinesisHashRingError, LookupError):
     """The shard does not exist in the stream (wrong id, or trimmed after retention)."""
 
 
+class HealthServerError(KinesisHashRingError, OSError):
+    """The health server could not listen on ``health_host:health_port``."""
+
+
 class KinesisRetriesExhaustedError(KinesisHashRingError):
     """A Kinesis call kept failing with a retryable error (throttling, 5xx) past the retry budget."""
 

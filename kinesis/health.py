@@ -2,10 +2,13 @@
 
 =============== =============================================================================
 ``/livez``      200 while the lease loop ticks (the last tick is younger than
-                ``liveness_timeout``), else 503: a stuck worker gets restarted.
+                ``liveness_timeout``), else 503: a stuck worker gets restarted. An
+                unreachable table does not fail it (a restart would not help).
                 Aliases: ``/healthz``, ``/live``.
-``/readyz``     200 once the worker runs, has ticked, and (with ``DynamoDBMembership``) is in
-                the member list; 503 before, and while it stops. Alias: ``/ready``.
+``/readyz``     200 while the worker can do its work: it runs, has ticked, read the lease
+                table and the member list within ``readiness_timeout`` and (with
+                ``DynamoDBMembership``) is in the member list; 503 with the reason
+                otherwise (table unreachable, membership stale, stopping). Alias: ``/ready``.
 ``/status``     the worker's :meth:`~kinesis.worker.Worker.status` as JSON.
 ``/metrics``    Prometheus text format (404 without the ``metrics`` extra).
 =============== =============================================================================
@@ -18,6 +21,7 @@ Example probes::
 
 from __future__ import annotations
 
+import errno
 import json
 import logging
 import threading
@@ -25,7 +29,24 @@ from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Protocol
 
+from kinesis.errors import HealthServerError
+
 log = logging.getLogger(__name__)
+
+
+def _explain_bind_error(host: str, port: int, exc: OSError) -> str:
+    where = f"the health server cannot listen on {host}:{port} ({exc.strerror or exc})"
+    if exc.errno == errno.EADDRINUSE:
+        return (
+            f"{where}: WorkerConfig.health_port {port} is already in use, probably by another "
+            "Worker in this process or pod. Give each Worker its own health_port, 0 for any free "
+            "port, or None for no health server"
+        )
+    if exc.errno == errno.EADDRNOTAVAIL:
+        return f"{where}: WorkerConfig.health_host {host!r} is not an address of this machine (use 0.0.0.0)"
+    if exc.errno == errno.EACCES:
+        return f"{where}: ports below 1024 need privileges; choose a WorkerConfig.health_port >= 1024"
+    return f"{where}: check WorkerConfig.health_host and health_port"
 
 
 class HealthSource(Protocol):
@@ -46,7 +67,10 @@ class HealthServer:
     def __init__(self, source: HealthSource, host: str = "0.0.0.0", port: int = 8080):
         self.source = source
         handler = _handler(source)
-        self._server = ThreadingHTTPServer((host, port), handler)
+        try:
+            self._server = ThreadingHTTPServer((host, port), handler)
+        except OSError as exc:
+            raise HealthServerError(_explain_bind_error(host, port, exc)) from exc
         self._server.daemon_threads = True
         self._thread: threading.Thread | None = None
 
@@ -77,13 +101,17 @@ class HealthServer:
 
 
 def _handler(source: HealthSource) -> type[BaseHTTPRequestHandler]:
-    def probe(check: Callable[[], bool], name: str) -> tuple[int, bytes, str]:
+    def probe(check: Callable[[], bool | tuple[bool, str]], name: str) -> tuple[int, bytes, str]:
+        why = ""
         try:
-            ok = check()
+            result = check()
+            ok, why = result if isinstance(result, tuple) else (result, "")
         except Exception as exc:  # a probe never crashes the server
             log.warning("%s probe failed: %s", name, exc)
-            ok = False
-        return (200, b"ok\n", "text/plain") if ok else (503, f"not {name}\n".encode(), "text/plain")
+            ok, why = False, f"probe raised {type(exc).__name__}"
+        if ok:
+            return 200, b"ok\n", "text/plain"
+        return 503, (f"not {name}: {why}\n" if why else f"not {name}\n").encode(), "text/plain"
 
     class Handler(BaseHTTPRequestHandler):
         def do_GET(self) -> None:
@@ -91,7 +119,7 @@ def _handler(source: HealthSource) -> type[BaseHTTPRequestHandler]:
             if path in ("/livez", "/healthz", "/live"):
                 code, body, ctype = probe(source.is_live, "live")
             elif path in ("/readyz", "/ready"):
-                code, body, ctype = probe(source.is_ready, "ready")
+                code, body, ctype = probe(getattr(source, "readiness", source.is_ready), "ready")
             elif path == "/status":
                 code, body, ctype = 200, json.dumps(source.status_dict(), indent=2).encode(), "application/json"
             elif path == "/metrics":

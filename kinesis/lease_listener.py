@@ -81,6 +81,12 @@ class CoordinatorStatus:
     last_tick_at: float | None
     """The coordinator clock at the end of the last tick (None before the first)."""
     counters: Mapping[str, int]
+    last_table_read_at: float | None = None
+    """The coordinator clock at the last successful read of the lease table."""
+    last_membership_at: float | None = None
+    """The coordinator clock at the last successful read of the member list."""
+    last_error: str | None = None
+    """The last lease-loop error (table or membership), cleared by the next success."""
 
 
 COUNTER_NAMES = (

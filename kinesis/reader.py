@@ -85,6 +85,7 @@ class ShardReader:
         max_wait: float = 5.0,
         max_iterator_renewals: int = 3,
         stop_event: threading.Event | None = None,
+        retry_option: str = "ShardReader(max_attempts=...)",
     ):
         if not 1 <= max_records <= MAX_GET_RECORDS_LIMIT:
             raise ConfigurationError(
@@ -106,6 +107,7 @@ class ShardReader:
         self.max_records = max_records
         self.idle_backoff = idle_backoff
         self.max_attempts = max_attempts
+        self.retry_option = retry_option
         self.max_wait = max_wait
         self.max_iterator_renewals = max_iterator_renewals
         self.stop_event = stop_event if stop_event is not None else threading.Event()
@@ -295,6 +297,7 @@ class ShardReader:
             max_attempts=self.max_attempts,
             max_wait=self.max_wait,
             stop_event=self.stop_event,
+            budget_option=self.retry_option,
         )
 
     def _not_found(self, exc: ClientError) -> KinesisHashRingError:

@@ -236,6 +236,8 @@ class ShardConsumer:
             max_records=self.pool.config.max_records,
             idle_backoff=self.pool.config.idle_backoff,
             stop_event=self._wake,
+            max_attempts=self.pool.config.kinesis_retry_attempts,
+            retry_option="WorkerConfig.kinesis_retry_attempts",
         )
         self.state = "processing"
         try:

@@ -92,6 +92,7 @@ class ShardDiscovery:
         page_size: int = 1000,
         max_attempts: int = 8,
         timer: Callable[[], float] = time.monotonic,
+        retry_option: str = "ShardDiscovery(max_attempts=...)",
     ):
         if not stream_name:
             raise ConfigurationError("stream_name must be a non-empty string")
@@ -103,6 +104,7 @@ class ShardDiscovery:
         self.stream_name = stream_name
         self.page_size = page_size
         self.max_attempts = max_attempts
+        self.retry_option = retry_option
         self.calls = 0
         """ListShards pages fetched so far (for tests and metrics)."""
         self._cache: TTLCache[str, tuple[Shard, ...]] | None = (
@@ -135,6 +137,7 @@ class ShardDiscovery:
             lambda: self.client.list_shards(MaxResults=self.page_size, **kwargs),
             what=what,
             max_attempts=self.max_attempts,
+            budget_option=self.retry_option,
         )
         return result
 

@@ -61,12 +61,14 @@ def call_with_retries(
     initial_wait: float = 0.05,
     max_wait: float = 5.0,
     stop_event: threading.Event | None = None,
+    budget_option: str = "max_attempts",
 ) -> T:
     """Call ``fn`` until it succeeds, retrying transient errors up to ``max_attempts`` times.
 
     Raises :class:`KinesisRetriesExhaustedError` (chained to the last error) when the budget is
-    spent, :class:`ShutdownRequested` when ``stop_event`` is set during a backoff, and any
-    non-transient error at once.
+    spent, naming the cause (unreachable endpoint, throttling or server errors) and
+    ``budget_option``, the setting that raises the budget; :class:`ShutdownRequested` when
+    ``stop_event`` is set during a backoff; any non-transient error at once.
     """
 
     def sleep(seconds: float) -> None:
@@ -90,8 +92,25 @@ def call_with_retries(
         return retrying(fn)
     except RetryError as exc:
         last = exc.last_attempt.exception()
+        assert last is not None
         raise KinesisRetriesExhaustedError(
-            f"{what} failed {max_attempts} times with a transient error, last: {last}. "
-            "The stream may be under-provisioned (throttling) or the endpoint unhealthy; "
-            "lower the read rate, add shards, or raise max_attempts."
+            f"{what} failed {max_attempts} times: {last}. {explain_transient(last)} "
+            f"(the retry budget is {budget_option})."
         ) from last
+
+
+def explain_transient(exc: BaseException) -> str:
+    """What a transient error means and what to do about it, by its cause."""
+    if isinstance(exc, ConnectionError | HTTPClientError):
+        return (
+            "The Kinesis endpoint could not be reached or dropped the connection: check "
+            "endpoint_url, the region, DNS, proxies and security groups or VPC endpoints"
+        )
+    code = str(exc.response.get("Error", {}).get("Code", "")) if isinstance(exc, ClientError) else ""
+    if code in ("ProvisionedThroughputExceededException", "LimitExceededException", "ThrottlingException",
+                "Throttling", "RequestLimitExceeded", "KMSThrottlingException"):
+        return (
+            f"Kinesis throttled the calls ({code}): the stream is under-provisioned for its "
+            "readers; read less often, add shards, or give heavy readers Enhanced Fan-Out"
+        )
+    return "Kinesis answered with a server error: usually transient on the service side; retry later"

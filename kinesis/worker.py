@@ -174,7 +174,13 @@ class Worker:
         self.membership = membership
         self.worker_id = membership.self_id
         self.discoveries = {
-            s.key_prefix: ShardDiscovery(self.kinesis_client, s.stream, cache_ttl=config.shard_sync_interval)
+            s.key_prefix: ShardDiscovery(
+                self.kinesis_client,
+                s.stream,
+                cache_ttl=config.shard_sync_interval,
+                max_attempts=config.kinesis_retry_attempts,
+                retry_option="WorkerConfig.kinesis_retry_attempts",
+            )
             for s in config.streams
         }
         self.shard_sync = ShardSync(self.table, [(s, self.discoveries[s.key_prefix]) for s in config.streams])
@@ -346,16 +352,30 @@ class Worker:
         return tuple(plan.members) if plan is not None else ()
 
     def is_ready(self) -> bool:
-        """The readiness probe: running, ticked once, and (DynamoDBMembership) in the last plan.
+        """The readiness probe (see :meth:`readiness`)."""
+        return self.readiness()[0]
 
-        With other memberships readiness does not wait for the member list: on Kubernetes the
+    def readiness(self) -> tuple[bool, str]:
+        """(ready, why): running and ticked once; the lease table and the member list read
+        successfully within ``readiness_timeout``; with DynamoDBMembership, in the last plan.
+
+        Being in the member list is not required with other memberships: on Kubernetes the
         list holds Ready pods only, so waiting for it would deadlock.
         """
-        if self.state != "running" or self.coordinator.status().ticks < 1:
-            return False
-        if isinstance(self.membership, DynamoDBMembership):
-            return self.worker_id in self._planned_members()
-        return True
+        if self.state != "running":
+            return False, f"worker is {self.state}"
+        cs = self.coordinator.status()
+        if cs.ticks < 1:
+            return False, "the lease loop has not completed a round yet"
+        now, limit = self.clock(), self.config.effective_readiness_timeout
+        error = f" (last error: {cs.last_error})" if cs.last_error else ""
+        for what, at in (("lease table", cs.last_table_read_at), ("member list", cs.last_membership_at)):
+            if at is None or now - at > limit:
+                since = "never read" if at is None else f"not read for {now - at:.1f} s"
+                return False, f"{what} {since} (readiness_timeout {limit:g} s){error}"
+        if isinstance(self.membership, DynamoDBMembership) and self.worker_id not in self._planned_members():
+            return False, f"{self.worker_id} is not in the member list yet"
+        return True, "ready"
 
     def status(self) -> WorkerStatus:
         """A consistent-enough snapshot (each part is read atomically)."""

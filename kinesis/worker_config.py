@@ -161,7 +161,9 @@ class WorkerConfig:
     hand their leases off; keep it below the pod's ``terminationGracePeriodSeconds``.
 
     Reading: ``max_records`` per GetRecords (1..10000), ``idle_backoff`` between empty reads
-    when caught up (Kinesis allows 5 GetRecords per second per shard), ``shard_sync_interval``
+    when caught up (Kinesis allows 5 GetRecords per second per shard),
+    ``kinesis_retry_attempts`` (attempts per Kinesis call on throttling, 5xx and connection
+    errors, with jittered exponential backoff), ``shard_sync_interval``
     (how long a ListShards listing is cached; new shards are found within it).
 
     Processor failures: ``processor_retry`` (:class:`~kinesis.processing_failures.ProcessorRetryPolicy`):
@@ -171,7 +173,10 @@ class WorkerConfig:
 
     Health: ``health_port`` (None: no server; 0: any free port) on ``health_host``;
     ``liveness_timeout`` (default ``max(3 ticks, lease_duration)``): the liveness probe fails
-    when the lease loop has not ticked for that long.
+    when the lease loop has not ticked for that long (it is stuck: a restart helps).
+    ``readiness_timeout`` (default ``lease_duration``): the readiness probe fails when the
+    lease table or the member list could not be read for that long (the member cannot do
+    its work: it holds no valid lease, so others should), and recovers with the next read.
     """
 
     table_name: str
@@ -189,11 +194,13 @@ class WorkerConfig:
     shutdown_grace: float = 20.0
     max_records: int = 10000
     idle_backoff: float = 1.0
+    kinesis_retry_attempts: int = 8
     shard_sync_interval: float = 30.0
     create_table: bool = True
     health_port: int | None = None
     health_host: str = "0.0.0.0"
     liveness_timeout: float | None = None
+    readiness_timeout: float | None = None
     processor_retry: ProcessorRetryPolicy = field(default_factory=ProcessorRetryPolicy)
 
     def __post_init__(self) -> None:
@@ -240,7 +247,8 @@ class WorkerConfig:
                 f"scan_interval ({scan:g} s) must be at most the tick interval "
                 f"({self.effective_tick_interval:g} s)"
             )
-        for name in ("backup_grace", "orphan_timeout", "handoff_timeout", "member_timeout", "liveness_timeout"):
+        for name in ("backup_grace", "orphan_timeout", "handoff_timeout", "member_timeout", "liveness_timeout",
+                     "readiness_timeout"):
             _seconds(name, getattr(self, name), allow_none=True)
         _seconds("shutdown_grace", self.shutdown_grace)
         _seconds("shard_sync_interval", self.shard_sync_interval)
@@ -255,6 +263,7 @@ class WorkerConfig:
         _positive_int("replicas", self.replicas, lo=0)
         _positive_int("max_concurrent_handoffs", self.max_concurrent_handoffs)
         _positive_int("max_records", self.max_records, hi=10000)
+        _positive_int("kinesis_retry_attempts", self.kinesis_retry_attempts, hi=100)
         if self.health_port is not None:
             _positive_int("health_port", self.health_port, lo=0, hi=65535)
         if not isinstance(self.health_host, str) or not self.health_host:
@@ -274,6 +283,11 @@ class WorkerConfig:
     def effective_member_timeout(self) -> float:
         """``member_timeout``, or ``2 * lease_duration`` when unset."""
         return float(self.member_timeout) if self.member_timeout is not None else 2 * self.lease_duration
+
+    @property
+    def effective_readiness_timeout(self) -> float:
+        """``readiness_timeout``, or ``lease_duration`` when unset."""
+        return float(self.readiness_timeout) if self.readiness_timeout is not None else self.lease_duration
 
     @property
     def effective_liveness_timeout(self) -> float:
