@@ -59,12 +59,19 @@ def exercise_every_mode(fake: FakeKubernetes) -> None:
                               watch=True, **common) as watching:
         assert watching.members() == tuple(sorted(dep))
         eventually(lambda: fake.count("watch") >= 1, what="the watch")
+    fake.add_service("orders", {"app": "orders"})
+    for watch in (False, True):
+        with KubernetesMembership("endpointslice", service="orders", pod_name=dep[0],
+                                  api_client=fake.api_client(), watch=watch,
+                                  **common) as slices:
+            assert slices.members() == tuple(sorted(dep))
+    eventually(lambda: fake.count("watch", "endpointslices") >= 1, what="the slice watch")
 
 
 def test_every_manifest_is_valid_yaml_with_names_in_one_namespace() -> None:
     all_docs = docs()
     assert {d["kind"] for d in all_docs} >= {
-        "ServiceAccount", "Role", "RoleBinding", "Deployment", "StatefulSet"}
+        "ServiceAccount", "Role", "RoleBinding", "Deployment", "StatefulSet", "Service"}
     for d in all_docs:
         assert d["apiVersion"] and d["metadata"]["name"]
         assert d["metadata"]["namespace"] == "streaming"
@@ -130,3 +137,32 @@ def test_deployment_manifest_works_under_its_role(monkeypatch: pytest.MonkeyPatc
         assert (m.mode, m.self_id, m.namespace) == ("deployment", pods[0], namespace)
         assert m.members() == tuple(sorted(pods))
         assert {r.status for r in fake.requests} == {200}
+
+
+def test_service_manifest_is_headless_and_selects_the_workloads_pods() -> None:
+    service = one("Service")
+    spec = service["spec"]
+    assert spec["clusterIP"] == "None", "headless: no virtual IP, no kube-proxy rules"
+    assert spec.get("publishNotReadyAddresses", False) is False
+    for kind in ("Deployment", "StatefulSet"):
+        labels = one(kind)["spec"]["template"]["metadata"]["labels"]
+        assert spec["selector"].items() <= labels.items()
+
+
+def test_endpointslice_mode_works_under_the_role(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The example Service over the example Deployment's pods, env as the downward API sets it."""
+    deployment, service = one("Deployment"), one("Service")
+    namespace = deployment["metadata"]["namespace"]
+    with FakeKubernetes(namespace=namespace, rbac_rules=one("Role")["rules"]) as fake:
+        pods = fake.add_deployment(deployment["metadata"]["name"],
+                                   replicas=deployment["spec"]["replicas"],
+                                   selector=deployment["spec"]["selector"])
+        fake.add_service(service["metadata"]["name"], service["spec"]["selector"])
+        monkeypatch.setenv("POD_NAME", pods[0])
+        monkeypatch.setenv("POD_NAMESPACE", namespace)
+        with KubernetesMembership("endpointslice", service=service["metadata"]["name"],
+                                  api_client=fake.api_client()) as m:
+            assert m.members() == tuple(sorted(pods))
+        assert {r.status for r in fake.requests} == {200}
+        assert {r.resource for r in fake.requests} == {"services", "endpointslices"}, \
+            "no pod is read"

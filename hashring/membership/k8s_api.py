@@ -5,12 +5,17 @@ Calls per mode (this is exactly what the example Role in ``examples/k8s/rbac.yam
 * ``replicaset``: get own pod, get its ReplicaSet, list (and watch) pods;
 * ``deployment``: the same plus get the ReplicaSet's Deployment;
 * ``statefulset``: get own pod, get ``statefulsets/scale``, list (and watch) pods;
-* ``label_selector``: list (and watch) pods only.
+* ``label_selector``: list (and watch) pods only;
+* ``endpointslice``: get the Service, list (and watch) its EndpointSlices
+  (``discovery.k8s.io``); no pod is read at all.
+
+Lists are paginated and served from the API server's watch cache
+(:mod:`hashring.membership.k8s_paging`); watches decode events as plain JSON
+(the client's model classes cost far more than the events are worth).
 """
 
 from __future__ import annotations
 
-import json
 import logging
 import time
 from collections.abc import Callable, Iterator
@@ -26,16 +31,19 @@ from tenacity import (
     wait_random,
 )
 
-from hashring.errors import KubernetesAPIError, MembershipError, PodOwnerError
+from hashring.errors import MembershipError, PodOwnerError
 from hashring.membership.k8s_errors import ApiCall, translate
 from hashring.membership.k8s_errors import is_transient as _is_transient
+from hashring.membership.k8s_paging import DEFAULT_PAGE_SIZE, ListStats, list_all
 from hashring.membership.k8s_pods import controller_of, selector_string
+from hashring.membership.k8s_slices import SERVICE_NAME_LABEL
 
 log = logging.getLogger("hashring.membership.kubernetes")
 
 T = TypeVar("T")
 
-MODES = ("deployment", "replicaset", "statefulset", "label_selector")
+MODES = ("deployment", "replicaset", "statefulset", "label_selector", "endpointslice")
+DISCOVERY = "discovery.k8s.io"
 
 PERMISSIONS: dict[str, tuple[tuple[str, str, str], ...]] = {
     # (verb, resource, api group)
@@ -45,12 +53,18 @@ PERMISSIONS: dict[str, tuple[tuple[str, str, str], ...]] = {
     "statefulset": (("get", "pods", ""), ("list", "pods", ""),
                     ("get", "statefulsets/scale", "apps")),
     "label_selector": (("list", "pods", ""),),
+    "endpointslice": (("get", "services", ""), ("list", "endpointslices", DISCOVERY)),
 }
+
+
+def listed(mode: str) -> tuple[str, str]:
+    """(resource, api group) a mode lists and watches."""
+    return ("endpointslices", DISCOVERY) if mode == "endpointslice" else ("pods", "")
 
 
 def permissions(mode: str, watch: bool) -> tuple[tuple[str, str, str], ...]:
     """The (verb, resource, api group) triples a mode calls."""
-    extra = (("watch", "pods", ""),) if watch else ()
+    extra = (("watch", *listed(mode)),) if watch else ()
     return PERMISSIONS[mode] + extra
 
 
@@ -63,6 +77,8 @@ class Target:
     deployment: str | None = None
     statefulset: str | None = None
     replicas: int | None = None  # the StatefulSet's scale when it was resolved
+    service: str | None = None  # endpointslice mode: the Service whose slices are read
+    publish_not_ready: bool = False  # that Service's spec.publishNotReadyAddresses
 
 
 class KubeAPI:
@@ -78,12 +94,18 @@ class KubeAPI:
         request_timeout: float,
         retries: int,
         retry_backoff: float,
+        page_size: int | None = DEFAULT_PAGE_SIZE,
+        compress: bool = True,
         sleep: Callable[[float], None] = time.sleep,
     ):
         from kubernetes import client
 
         self.core = client.CoreV1Api(api_client)
         self.apps = client.AppsV1Api(api_client)
+        self.discovery = client.DiscoveryV1Api(api_client)
+        self.page_size = page_size
+        self.compress = compress
+        self.stats = ListStats()
         self.namespace = namespace
         self.mode = mode
         self.request_timeout = request_timeout
@@ -131,11 +153,18 @@ class KubeAPI:
 
     # -- one-time lookups --------------------------------------------------------------
 
-    def resolve(self, pod_name: str, label_selector: str | None) -> Target:
-        """Follow the own pod's owners to the selector the mode uses (the Knock procedure)."""
+    def resolve(self, pod_name: str, label_selector: str | None,
+                service: str | None = None) -> Target:
+        """Follow the own pod's owners to the selector the mode uses (the Knock procedure).
+
+        ``endpointslice`` mode reads the Service instead (the own pod is not needed).
+        """
         if self.mode == "label_selector":
             assert label_selector is not None
             return Target(selector=label_selector)
+        if self.mode == "endpointslice":
+            assert service is not None
+            return self.resolve_service(service)
         pod = self.call(
             self._call("get", "pods", "", pod_name),
             lambda: self.core.read_namespaced_pod(
@@ -195,34 +224,74 @@ class KubeAPI:
 
     # -- the list and the watch --------------------------------------------------------
 
+    def resolve_service(self, service: str) -> Target:
+        """Read the Service once: it must exist; its slices carry its name as a label."""
+        svc = self.call(
+            self._call("get", "services", "", service),
+            lambda: self.core.read_namespaced_service(
+                service, self.namespace, _request_timeout=self.request_timeout),
+        )
+        spec = svc.spec
+        publish = bool(spec is not None and spec.publish_not_ready_addresses)
+        if spec is None or not spec.selector:
+            log.warning("Service %r has no selector: the EndpointSlice controller manages no "
+                        "slices for it, so its members are whatever slices labelled %s=%s "
+                        "someone else writes", service, SERVICE_NAME_LABEL, service)
+        if publish:
+            log.info("Service %r sets publishNotReadyAddresses: membership reads each "
+                     "endpoint's serving condition (the pod's readiness), not ready", service)
+        return Target(selector=f"{SERVICE_NAME_LABEL}={service}", service=service,
+                      publish_not_ready=publish)
+
+    # -- the list and the watch --------------------------------------------------------
+
     def list_pods(self, selector: str) -> tuple[list[dict[str, Any]], str]:
-        """(pods as JSON dicts, the list's resourceVersion) in one request."""
+        """(pods as JSON dicts, the list's resourceVersion), paginated from the watch cache."""
+        return self._list(self.core.list_namespaced_pod, "pods", "", selector)
 
-        def fetch() -> tuple[list[dict[str, Any]], str]:
-            resp = self.core.list_namespaced_pod(
-                self.namespace, label_selector=selector, _preload_content=False,
-                _request_timeout=self.request_timeout)
-            try:
-                body = json.loads(resp.data)
-            finally:
-                resp.release_conn()
-            if not isinstance(body, dict) or not isinstance(body.get("items", []), list):
-                raise KubernetesAPIError(f"unexpected pod list from the API: {str(body)[:200]}")
-            rv = str((body.get("metadata") or {}).get("resourceVersion") or "")
-            return list(body.get("items") or []), rv
+    def list_endpoint_slices(self, selector: str) -> tuple[list[dict[str, Any]], str]:
+        """(EndpointSlices as JSON dicts, the list's resourceVersion), like :meth:`list_pods`."""
+        return self._list(self.discovery.list_namespaced_endpoint_slice, "endpointslices",
+                          DISCOVERY, selector)
 
-        return self.call(self._call("list", "pods", "", None), fetch)
+    def list_members(self, selector: str) -> tuple[list[dict[str, Any]], str]:
+        """What the mode lists: EndpointSlices in endpointslice mode, else pods."""
+        if self.mode == "endpointslice":
+            return self.list_endpoint_slices(selector)
+        return self.list_pods(selector)
 
-    def watch_pods(
+    def _list(self, method: Callable[..., Any], resource: str, group: str,
+              selector: str) -> tuple[list[dict[str, Any]], str]:
+        call = self._call("list", resource, group, None)
+
+        def request(kwargs: dict[str, Any]) -> Any:
+            return method(self.namespace, label_selector=selector, _preload_content=False,
+                          _request_timeout=self.request_timeout, **kwargs)
+
+        return list_all(request, lambda fn: self.call(call, fn), page_size=self.page_size,
+                        compress=self.compress, stats=self.stats,
+                        what=f"list {resource} ({selector})")
+
+    def watch(
         self, watcher: Any, selector: str, resource_version: str, timeout_seconds: int
     ) -> Iterator[tuple[str, dict[str, Any]]]:
-        """One watch request: (event type, raw object) until the server ends it.
+        """One watch request on what the mode lists: (event type, raw object) until it ends.
 
         Raises the client's ``ApiException`` (status 410 when the resourceVersion
         is too old); the caller decides whether to re-list.
         """
+        if self.mode == "endpointslice":
+            method = self.discovery.list_namespaced_endpoint_slice
+        else:
+            method = self.core.list_namespaced_pod
+
+        # The client's Watch turns every event into model objects when the function's
+        # docstring names a return type; this wrapper has none, so events stay JSON dicts.
+        def list_or_watch(*args: Any, **kwargs: Any) -> Any:
+            return method(*args, **kwargs)
+
         stream = watcher.stream(
-            self.core.list_namespaced_pod,
+            list_or_watch,
             self.namespace,
             label_selector=selector,
             resource_version=resource_version,
@@ -235,7 +304,8 @@ class KubeAPI:
 
     def watch_call(self) -> ApiCall:
         """The ApiCall describing a watch (for error messages)."""
-        return self._call("watch", "pods", "", None)
+        resource, group = listed(self.mode)
+        return self._call("watch", resource, group, None)
 
 
 def _describe(owner: tuple[str, str] | None) -> str:

@@ -17,6 +17,19 @@ TRANSIENT_STATUSES = frozenset({0, 408, 429, 500, 502, 503, 504})
 """Statuses worth retrying (0: the client could not connect or read)."""
 
 EXAMPLE_RBAC = "examples/k8s/rbac.yaml"
+EXAMPLE_SERVICE = "examples/k8s/service.yaml"
+
+
+class ContinueExpiredError(KubernetesAPIError):
+    """A paginated list's ``continue`` token expired (410): the list restarts from scratch."""
+
+
+class ServiceNotFoundError(MembershipError):
+    """``mode="endpointslice"``: the Service named by ``service=`` does not exist."""
+
+
+class NoEndpointSlicesError(MembershipError):
+    """``mode="endpointslice"``: the Service exists but has no EndpointSlices."""
 
 
 @dataclass(frozen=True)
@@ -24,8 +37,8 @@ class ApiCall:
     """What a request was for: enough to name the RBAC rule it needs."""
 
     verb: str  # get, list, watch
-    resource: str  # pods, replicasets, deployments, statefulsets/scale
-    api_group: str  # "" (core) or "apps"
+    resource: str  # pods, services, replicasets, deployments, statefulsets/scale, endpointslices
+    api_group: str  # "" (core), "apps" or "discovery.k8s.io"
     namespace: str
     name: str | None = None
 
@@ -110,6 +123,14 @@ def translate(exc: BaseException, call: ApiCall, *, mode: str, needs: str,
             "the name is over 63 characters), or the namespace is. Set POD_NAME and "
             "POD_NAMESPACE from the downward API (fieldRef metadata.name / metadata.namespace) "
             "or pass pod_name= and namespace=. API said: " + detail
+        )
+    if status == 404 and call.resource == "services" and call.name:
+        return ServiceNotFoundError(
+            f"Service {call.name!r} not found in namespace {call.namespace!r}: "
+            f"KubernetesMembership(mode='endpointslice') reads the EndpointSlices of the "
+            f"Service named by service=. Create it (a headless Service selecting the "
+            f"consumer pods, see {EXAMPLE_SERVICE}) or fix service=/namespace=. API said: "
+            + detail
         )
     if status == 404:
         return KubernetesAPIError(

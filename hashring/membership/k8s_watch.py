@@ -1,4 +1,4 @@
-"""Watch mode: a background thread that keeps the pod view current from a watch stream.
+"""Watch mode: a background thread that keeps a view (pods or EndpointSlices) current.
 
 Protocol (as client-go's reflector): list, then watch from the list's
 resourceVersion; follow BOOKMARKs; when the server ends the watch, watch again
@@ -11,7 +11,8 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from typing import Any
+from collections.abc import Iterable, Mapping
+from typing import Any, Protocol
 
 from tenacity import (
     RetryCallState,
@@ -26,19 +27,30 @@ from hashring.errors import MembershipError
 from hashring.membership.k8s_api import KubeAPI
 from hashring.membership.k8s_errors import status_of
 from hashring.membership.k8s_health import Freshness
-from hashring.membership.k8s_view import PodView
 
 log = logging.getLogger("hashring.membership.kubernetes")
 
 
-class PodWatcher:
+class View(Protocol):
+    """What a watch keeps current: ``PodView`` or ``SliceView``."""
+
+    resource_version: str
+
+    def replace(self, items: Iterable[Mapping[str, Any]], resource_version: str) -> None: ...
+
+    def apply(self, event_type: str, obj: Mapping[str, Any]) -> None: ...
+
+    def bookmark(self, resource_version: str) -> None: ...
+
+
+class ListWatcher:
     """Runs the list/watch loop on a daemon thread until :meth:`stop`."""
 
     def __init__(
         self,
         api: KubeAPI,
         selector: str,
-        view: PodView,
+        view: View,
         freshness: Freshness,
         *,
         timeout_seconds: int,
@@ -69,6 +81,7 @@ class PodWatcher:
         self._thread = threading.Thread(target=self._run, name="hashring-k8s-watch", daemon=True)
         self.relists = 0
         self.watches = 0
+        self.events = 0  # ADDED/MODIFIED/DELETED events applied
 
     def start(self) -> None:
         """Start watching from the view's resourceVersion (set by the initial list)."""
@@ -114,8 +127,8 @@ class PodWatcher:
         if wait > 0 and self._stop.wait(wait):
             return
         self._last_list = time.monotonic()
-        pods, rv = self._api.list_pods(self._selector)
-        self._view.replace(pods, rv)
+        items, rv = self._api.list_members(self._selector)
+        self._view.replace(items, rv)
         self._freshness.ok()
         self._need_list = False
         self.relists += 1
@@ -124,7 +137,7 @@ class PodWatcher:
         call = self._api.watch_call()
         self.watches += 1
         try:
-            for event_type, obj in self._api.watch_pods(
+            for event_type, obj in self._api.watch(
                 self._watch, self._selector, self._view.resource_version, self._timeout_seconds
             ):
                 if event_type == "BOOKMARK":
@@ -132,6 +145,7 @@ class PodWatcher:
                     self._view.bookmark(str(meta.get("resourceVersion") or ""))
                 elif event_type in ("ADDED", "MODIFIED", "DELETED"):
                     self._view.apply(event_type, obj)
+                    self.events += 1
                 self._freshness.ok()
                 if self._stop.is_set():
                     self._watch.stop()
@@ -141,7 +155,7 @@ class PodWatcher:
         except Exception as exc:
             if status_of(exc) == 410:
                 log.info("kubernetes watch expired (410 Gone, resourceVersion %s too old): "
-                         "re-listing pods", self._view.resource_version)
+                         "listing again", self._view.resource_version)
                 self._need_list = True
                 return
             if self._stop.is_set():

@@ -12,10 +12,17 @@ Modes (what "the fleet" is):
   ordinals below the replica count of its ``scale`` subresource; pairs with the
   ``jump`` strategy.
 * ``label_selector``: the pods matching a selector you give.
+* ``endpointslice``: the EndpointSlices of a (headless) Service you name with
+  ``service=``: the endpoint controller's digest of the pods' readiness, about
+  20x smaller than the pods themselves, split over slices of 100 endpoints (see
+  :mod:`hashring.membership.k8s_slices`). Needs no access to pods at all.
 
 A pod is a member while it is Ready and has no ``deletionTimestamp``. The list
 is cached for ``ttl`` seconds with one refresh in flight per process (or kept
-current by a watch with ``watch=True``); on API errors the last good list is
+current by a watch with ``watch=True``). Lists are paginated and served from
+the API server's watch cache (:mod:`hashring.membership.k8s_paging`); a watch
+costs bytes only for changes and bookmarks, and updates the sorted member list
+in O(log N) per event. On API errors the last good list is
 served for up to ``max_staleness`` seconds, then reads raise
 :class:`~hashring.errors.StaleMembershipError`. It never returns an empty list
 because of an error.
@@ -25,6 +32,7 @@ from __future__ import annotations
 
 import logging
 import math
+import re
 import threading
 import time
 from collections.abc import Callable, Mapping
@@ -45,26 +53,32 @@ from hashring.membership.k8s_config import (
     resolve_namespace,
     resolve_pod_name,
 )
+from hashring.membership.k8s_errors import NoEndpointSlicesError
 from hashring.membership.k8s_health import Freshness
+from hashring.membership.k8s_paging import DEFAULT_PAGE_SIZE
+from hashring.membership.k8s_slices import SliceView
 from hashring.membership.k8s_view import PodView
-from hashring.membership.k8s_watch import PodWatcher
+from hashring.membership.k8s_watch import ListWatcher
 
 log = logging.getLogger("hashring.membership.kubernetes")
 
 _FRESH = "fresh"
+_DNS_LABEL = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
 
 
 class KubernetesMembership:
     """Members are the Ready, non-terminating pods of this pod's fleet; ``self_id`` is this pod.
 
     Args:
-        mode: ``"deployment"`` (default), ``"replicaset"``, ``"statefulset"`` or
-            ``"label_selector"``.
+        mode: ``"deployment"`` (default), ``"replicaset"``, ``"statefulset"``,
+            ``"label_selector"`` or ``"endpointslice"``.
         namespace: defaults to ``POD_NAMESPACE``, then the service account's
             namespace file.
         pod_name: this pod's name; defaults to ``POD_NAME``, then ``HOSTNAME``.
         label_selector: required with ``mode="label_selector"`` (a string such as
             ``"app=orders,tier in (a,b)"`` or a dict of labels); rejected otherwise.
+        service: required with ``mode="endpointslice"``: the Service (headless, say)
+            selecting the fleet's pods; members are its endpoints' pod names.
         api_client: a ``kubernetes.client.ApiClient``; by default the in-cluster
             config (falling back to ``~/.kube/config``), or ``kubeconfig`` when given.
         ttl: seconds a member list is served before the next read refreshes it
@@ -76,6 +90,9 @@ class KubernetesMembership:
             of polling.
         kubeconfig: path of a kubeconfig file to use instead of the in-cluster config.
         request_timeout: seconds per API request (connect and read).
+        page_size: items per list request (``limit``); ``None`` lists everything in one
+            request with no ``resourceVersion`` (a quorum read, as before pagination).
+        compress: ask for gzip-compressed list responses (``Accept-Encoding: gzip``).
         retries: attempts per API call on timeouts, 429 and 5xx.
         retry_backoff: first backoff between attempts, doubling with jitter.
         clock: monotonic clock for the TTL and staleness (injectable for tests).
@@ -91,6 +108,7 @@ class KubernetesMembership:
         namespace: str | None = None,
         pod_name: str | None = None,
         label_selector: str | Mapping[str, str] | None = None,
+        service: str | None = None,
         api_client: Any = None,
         ttl: float = 5.0,
         max_staleness: float = 60.0,
@@ -99,12 +117,22 @@ class KubernetesMembership:
         request_timeout: float = 5.0,
         retries: int = 3,
         retry_backoff: float = 0.2,
+        page_size: int | None = DEFAULT_PAGE_SIZE,
+        compress: bool = True,
         clock: Callable[[], float] | None = None,
     ):
         if mode not in MODES:
             raise KubernetesConfigurationError(
                 f"unknown mode {mode!r}: choose one of {', '.join(MODES)}")
         selector = _check_selector(mode, label_selector)
+        service = _check_service(mode, service)
+        if page_size is not None and (isinstance(page_size, bool) or not isinstance(page_size, int)
+                                      or page_size < 1):
+            raise KubernetesConfigurationError(
+                f"page_size must be an int >= 1 (items per list request) or None, got "
+                f"{page_size!r}")
+        if not isinstance(compress, bool):
+            raise KubernetesConfigurationError(f"compress must be True or False, got {compress!r}")
         ttl = _positive("ttl", ttl)
         max_staleness = _positive("max_staleness", max_staleness)
         if max_staleness < ttl:
@@ -129,12 +157,14 @@ class KubernetesMembership:
         self._self_id = resolve_pod_name(pod_name)
         self.namespace = resolve_namespace(namespace)
         self._label_selector = selector
+        self.service = service
         self._owns_client = api_client is None
         self._api_client = api_client if api_client is not None else build_api_client(kubeconfig)
         self._retry_backoff = float(retry_backoff)
         self._api = KubeAPI(
             self._api_client, self.namespace, mode, watch=watch,
             request_timeout=request_timeout, retries=retries, retry_backoff=retry_backoff,
+            page_size=page_size, compress=compress,
         )
         self._clock: Callable[[], float] = clock if clock is not None else time.monotonic
         self._fresh: TTLCache[str, bool] = TTLCache(maxsize=1, ttl=ttl, timer=self._clock)
@@ -142,8 +172,8 @@ class KubernetesMembership:
         self._refresh_lock = threading.Lock()
         self._health = Freshness(max_staleness, self._clock)
         self._target: Target | None = None
-        self._view: PodView | None = None
-        self._watcher: PodWatcher | None = None
+        self._view: PodView | SliceView | None = None
+        self._watcher: ListWatcher | None = None
         self._scale_failing = False
         self._closed = False
         self._next_refresh = -math.inf  # when the TTL entry expires (mirrors self._fresh)
@@ -216,7 +246,7 @@ class KubernetesMembership:
     # Hot path (version/members on every can_acquire_lease): one clock read while no refresh
     # is due and the data is young enough; otherwise the slow path below, gated by the TTL cache.
 
-    def _current_slow(self) -> PodView:
+    def _current_slow(self) -> PodView | SliceView:
         if self._closed:
             raise MembershipUnavailableError("KubernetesMembership is closed")
         self._maybe_refresh()
@@ -262,17 +292,19 @@ class KubernetesMembership:
             self._refresh_lock.release()
 
     def _refresh(self) -> bool:
-        """Resolve (once), read the scale (StatefulSets) and list pods; True if it listed."""
+        """Resolve (once), read the scale (StatefulSets) and list; True if it listed."""
         replicas: int | None = None
         if self._target is None:
-            target = self._api.resolve(self._self_id, self._label_selector)
+            target = self._api.resolve(self._self_id, self._label_selector, self.service)
             log.info("kubernetes membership (mode %s) for pod %s: selector %r%s", self.mode,
                      self._self_id, target.selector,
                      "".join(f", {k} {v}" for k, v in (("replicaset", target.replicaset),
                                                        ("deployment", target.deployment),
-                                                       ("statefulset", target.statefulset))
+                                                       ("statefulset", target.statefulset),
+                                                       ("service", target.service))
                              if v))
-            self._view = PodView(target.statefulset)
+            self._view = (SliceView(target.service) if target.service is not None
+                          else PodView(target.statefulset))
             self._target = target
             replicas = target.replicas
         elif self._target.statefulset is not None:
@@ -280,12 +312,27 @@ class KubernetesMembership:
         target, view = self._target, self._view
         assert view is not None
         if self._watcher is not None:  # pods come from the watch; only the scale is polled
-            if replicas is not None:
+            if replicas is not None and isinstance(view, PodView):
                 view.set_replicas(replicas)
             return False
-        pods, rv = self._api.list_pods(target.selector)
-        view.replace(pods, rv, replicas=replicas)
+        items, rv = self._api.list_members(target.selector)
+        if isinstance(view, SliceView):
+            if not items:
+                self._no_slices(target)
+            view.replace(items, rv)
+        else:
+            view.replace(items, rv, replicas=replicas)
         return True
+
+    def _no_slices(self, target: Target) -> None:
+        """No EndpointSlice for the Service: say whether the Service is gone or sliceless."""
+        assert target.service is not None
+        self._api.resolve_service(target.service)  # raises ServiceNotFoundError if gone
+        raise NoEndpointSlicesError(
+            f"Service {target.service!r} in namespace {self.namespace!r} has no EndpointSlices "
+            f"(none labelled {target.selector}): the Service has no selector, or the "
+            "EndpointSlice controller has not caught up yet. Give the Service a selector "
+            "matching the consumer pods (see examples/k8s/service.yaml)")
 
     def _read_scale(self, statefulset: str) -> int | None:
         if self._watcher is None:
@@ -308,7 +355,7 @@ class KubernetesMembership:
     def _start_watch(self) -> None:
         assert self._target is not None and self._view is not None
         backoff = max(self._retry_backoff, 0.05)
-        watcher = PodWatcher(
+        watcher = ListWatcher(
             self._api, self._target.selector, self._view, self._health,
             timeout_seconds=max(1, min(300, int(self.max_staleness / 2))),
             min_relist_interval=self.ttl,
@@ -324,6 +371,25 @@ def _positive(name: str, value: object) -> float:
             or value <= 0:
         raise KubernetesConfigurationError(f"{name} must be a number of seconds > 0, got {value!r}")
     return float(value)
+
+
+def _check_service(mode: str, service: str | None) -> str | None:
+    if mode != "endpointslice":
+        if service is not None:
+            raise KubernetesConfigurationError(
+                f"service is only used with mode='endpointslice' (mode is {mode!r}): drop it, "
+                "or set mode='endpointslice'")
+        return None
+    if not isinstance(service, str) or not service.strip():
+        raise KubernetesConfigurationError(
+            "mode='endpointslice' needs service=, the name of a Service selecting every pod "
+            "of the fleet (a headless one: clusterIP: None), e.g. service='orders-consumer'")
+    name = service.strip()
+    if len(name) > 63 or not _DNS_LABEL.match(name):
+        raise KubernetesConfigurationError(
+            f"service={service!r} is not a Service name (a DNS label: lower-case letters, "
+            "digits and '-', starting with a letter, at most 63 characters)")
+    return name
 
 
 def _check_selector(mode: str, selector: str | Mapping[str, str] | None) -> str | None:
