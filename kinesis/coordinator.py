@@ -185,6 +185,11 @@ class LeaseCoordinator:
             see each other first (default 1 with a driven DynamoDBMembership, else 0).
         write_threads: DynamoDB writes of one round sent at once (renewals, takes,
             hand-offs); default 8 (botocore keeps 10 connections per client).
+        adopt_timeout: a lease handed to a member that has not adopted it after this long
+            (on the observer's clock) is taken back by the plan's next owner, and that member
+            is suspected (default ``tick_interval``; a live member adopts within a light
+            round). Safe at any time: a handed-off lease is processed only after the
+            target's adopt write, and the take is conditional on the counter it saw.
         clock: the monotonic clock expiry is measured on (inject a FakeClock in tests;
             :meth:`start` still schedules ticks in real time).
     """
@@ -209,6 +214,7 @@ class LeaseCoordinator:
         drive_membership: bool = True,
         warmup_ticks: int | None = None,
         write_threads: int = 8,
+        adopt_timeout: float | None = None,
         clock: Clock = MONOTONIC,
     ):
         if not isinstance(table, LeaseTable):
@@ -262,6 +268,9 @@ class LeaseCoordinator:
             )
         self.handoff_timeout = _seconds(
             "handoff_timeout", handoff_timeout if handoff_timeout is not None else self.lease_duration
+        )
+        self.adopt_timeout = _seconds(
+            "adopt_timeout", adopt_timeout if adopt_timeout is not None else self.tick_interval
         )
         if weights is not None:
             if not isinstance(weights, Mapping):
@@ -830,7 +839,11 @@ class LeaseCoordinator:
             for member, keys in holders.items():
                 if member in active:
                     continue
-                if all(now - self._seen[k].since >= self.lease_duration for k in keys):
+                unadopted = any(
+                    snapshot.leases[k].handed_off_by is not None and now - self._seen[k].since >= self.adopt_timeout
+                    for k in keys
+                )
+                if unadopted or all(now - self._seen[k].since >= self.lease_duration for k in keys):
                     if member not in self._suspects:
                         self._suspicions[member] = self._suspicions.get(member, 0) + 1
                         self._probation.discard(member)
@@ -892,7 +905,8 @@ class LeaseCoordinator:
                     writes.append((key, "takeovers", functools.partial(self.table.take, lease, me)))
                 continue
             free = lease is None or lease.owner is None
-            expired_for = unchanged if free else unchanged - self.lease_duration
+            offer = lease is not None and lease.owner is not None and lease.handed_off_by is not None
+            expired_for = unchanged if free else unchanged - (self.adopt_timeout if offer else self.lease_duration)
             if expired_for < 0:
                 continue
             holder = None if lease is None else lease.owner
@@ -900,7 +914,7 @@ class LeaseCoordinator:
             if me in candidates:
                 if expired_for < candidates.index(me) * self.backup_grace:
                     continue
-                kind = "acquired" if free else "takeovers"
+                kind = "offers_withdrawn" if offer else "acquired" if free else "takeovers"
             elif unchanged >= self.orphan_timeout:
                 kind = "orphans_taken"
             else:
@@ -971,7 +985,9 @@ class LeaseCoordinator:
         unhealthy = {
             lease.owner
             for key, lease in snapshot.leases.items()
-            if lease.owner is not None and now - self._seen[key].since >= self.lease_duration
+            if lease.owner is not None
+            and now - self._seen[key].since
+            >= (self.adopt_timeout if lease.handed_off_by is not None else self.lease_duration)
         }
         with self._lock:
             held = sorted(self._held.items())

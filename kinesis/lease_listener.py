@@ -97,6 +97,7 @@ COUNTER_NAMES = (
     "adopted",
     "takeovers",
     "orphans_taken",
+    "offers_withdrawn",
     "take_conflicts",
     "handoffs_requested",
     "handoffs",

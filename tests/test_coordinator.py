@@ -624,3 +624,33 @@ def test_members_stalled_past_the_lease_duration_lose_their_leases_without_overl
         fleet.round()
     assert fleet.counts() == {"a": 2, "b": 2, "c": 2}
     assert fleet.coordinators["a"].status().suspects == ()
+
+
+# --- hand-offs to members that never adopt them ---------------------------------------------
+
+
+def test_a_handoff_to_a_dead_listed_member_is_withdrawn_within_a_tick(table: LeaseTable) -> None:
+    """d is listed but dead (never runs). Orphaned keys planned for it are taken by others,
+    who then hand them to d by the plan. An offer d does not adopt within one tick is taken
+    back by the plan's next owner and d is suspected: no key stalls with d for a lease
+    duration, and d is not offered keys again and again."""
+    fleet = Fleet(table, KEYS, ["a", "b", "c", "d"], replicas=1)
+    fleet.crash("d")
+    longest_with_d: dict[str, int] = {}
+    run: dict[str, int] = {}
+    for _ in range(int(12 * fleet.lease_duration / fleet.tick_interval)):
+        fleet.round()
+        owners = fleet.table_owners()
+        for key in KEYS:
+            run[key] = run.get(key, 0) + 1 if owners.get(key) == "d" else 0
+            longest_with_d[key] = max(longest_with_d.get(key, 0), run[key])
+    offered = fleet.counter("handoffs")
+    assert offered >= 1  # the scenario happened: keys were handed to the dead member
+    # an offer is withdrawn one tick after it was first seen (the clock moves a tick per round)
+    assert max(longest_with_d.values()) <= 2, longest_with_d
+    withdrawn = fleet.counter("offers_withdrawn")
+    assert withdrawn >= 1 and fleet.counter("adopted") == 0
+    # d is suspected after its first unadopted offer and then only probed at exponentially
+    # growing intervals (one lease per donor at a time), not offered keys on every round
+    assert offered <= 3 * 3, (offered, withdrawn)
+    assert sum(1 for owner in fleet.table_owners().values() if owner == "d") <= 3  # probes only
