@@ -107,9 +107,11 @@ class Fault:
     times: int | None = None
     verb: str | None = None
     resource: str | None = None
+    query_has: str | None = None  # only requests with this query parameter (e.g. "continue")
 
-    def matches(self, verb: str, resource: str) -> bool:
+    def matches(self, verb: str, resource: str, query: Mapping[str, str] | None = None) -> bool:
         return (self.verb in (None, verb)) and (self.resource in (None, resource)) and (
+            self.query_has is None or self.query_has in (query or {})) and (
             self.times is None or self.times > 0)
 
 
@@ -340,10 +342,11 @@ class FakeKubernetes:
     # -- faults -------------------------------------------------------------------------------
 
     def fail(self, status: int | None = None, *, times: int | None = None, verb: str | None = None,
-             resource: str | None = None, delay: float = 0.0, drop: bool = False) -> Fault:
+             resource: str | None = None, delay: float = 0.0, drop: bool = False,
+             query_has: str | None = None) -> Fault:
         """Answer matching requests with ``status`` (after ``delay``), or drop the connection."""
         fault = Fault(status=status, delay=delay, drop=drop, times=times, verb=verb,
-                      resource=resource)
+                      resource=resource, query_has=query_has)
         with self._lock:
             self._faults.append(fault)
         return fault
@@ -510,16 +513,20 @@ class FakeKubernetes:
 
     # -- Services and EndpointSlices ------------------------------------------------------------
 
-    def add_service(self, name: str, selector: Mapping[str, str], *, headless: bool = True,
-                    publish_not_ready: bool = False, max_per_slice: int = 100) -> None:
-        """A Service; the emulated controller gives it EndpointSlices for its pods."""
+    def add_service(self, name: str, selector: Mapping[str, str] | None, *,
+                    headless: bool = True, publish_not_ready: bool = False,
+                    max_per_slice: int = 100) -> None:
+        """A Service; the emulated controller gives it EndpointSlices for its pods.
+
+        ``selector=None``: a Service without a selector, which gets no managed slices.
+        """
         with self._lock:
             uid = self._uid()
             svc = {
                 "apiVersion": "v1", "kind": "Service",
                 "metadata": {"name": name, "namespace": self.namespace, "uid": uid,
                              "labels": {"app": name}, "creationTimestamp": _TIMESTAMP},
-                "spec": {"selector": dict(selector),
+                "spec": {"selector": dict(selector) if selector else None,
                          "clusterIP": "None" if headless else "10.96.0.10",
                          "clusterIPs": ["None" if headless else "10.96.0.10"],
                          "type": "ClusterIP", "publishNotReadyAddresses": publish_not_ready,
@@ -528,6 +535,8 @@ class FakeKubernetes:
                 "status": {"loadBalancer": {}},
             }
             self._put("services", svc)
+            if not selector:
+                return
             pods = [p for (ns, _), p in sorted(self._objects["pods"].items())
                     if ns == self.namespace]
             self._slices.add_service(self.namespace, name, uid, selector, publish_not_ready,
@@ -536,8 +545,9 @@ class FakeKubernetes:
     def delete_service(self, name: str) -> None:
         """The Service and (garbage-collected) its EndpointSlices are gone."""
         with self._lock:
-            self._objects["services"].pop((self.namespace, name))
-            self._slices.delete_service(self.namespace, name)
+            svc = self._objects["services"].pop((self.namespace, name))
+            if svc["spec"]["selector"]:
+                self._slices.delete_service(self.namespace, name)
 
     def reslice(self, service: str, max_per_slice: int) -> list[str]:
         """Repack the Service's endpoints into slices of ``max_per_slice`` (split or merge):
@@ -660,10 +670,11 @@ class FakeKubernetes:
         return any(group in rule.get("apiGroups", []) and resource in rule.get("resources", [])
                    and verb in rule.get("verbs", []) for rule in self.rbac_rules)
 
-    def _take_fault(self, verb: str, resource: str) -> Fault | None:
+    def _take_fault(self, verb: str, resource: str,
+                    query: Mapping[str, str] | None = None) -> Fault | None:
         with self._lock:
             for fault in self._faults:
-                if fault.matches(verb, resource):
+                if fault.matches(verb, resource, query):
                     if fault.times is not None:
                         fault.times -= 1
                     return fault
@@ -698,9 +709,13 @@ class FakeKubernetes:
         def send(code: int, body: Mapping[str, Any] | bytes) -> None:
             record(code)
             assert request is not None
-            sent = self._send(handler, code, body, gzip_ok=gzip_ok)
-            with self._lock:
-                request.bytes += sent
+            counted = request
+
+            def count(size: int) -> None:  # before sending: the client may look right after
+                with self._lock:
+                    counted.bytes += size
+
+            self._send(handler, code, body, gzip_ok=gzip_ok, on_size=count)
 
         if not self._allowed(verb, group, resource):
             msg = (f'{resource.split("/")[0]}{(" " + repr(name)) if name else ""} is forbidden: '
@@ -709,7 +724,7 @@ class FakeKubernetes:
                    f'"{namespace}"')
             send(403, _status(403, "Forbidden", msg, kind=resource.split("/")[0], name=name or ""))
             return
-        fault = self._take_fault(verb, resource)
+        fault = self._take_fault(verb, resource, query)
         if fault is not None:
             if fault.delay:
                 if fault.status is None and not fault.drop:
@@ -827,12 +842,15 @@ class FakeKubernetes:
             b",".join(snap.items[start:end])))
 
     def _send(self, handler: BaseHTTPRequestHandler, code: int,
-              body: Mapping[str, Any] | bytes, *, gzip_ok: bool = False) -> int:
-        """Send a JSON response; returns the body bytes sent."""
+              body: Mapping[str, Any] | bytes, *, gzip_ok: bool = False,
+              on_size: Callable[[int], None] | None = None) -> None:
+        """Send a JSON response; ``on_size`` hears the body's size (as sent) first."""
         data = body if isinstance(body, bytes) else json.dumps(body).encode()
         encoded = gzip_ok and len(data) >= self.gzip_threshold
         if encoded:
             data = gzip.compress(data, compresslevel=1)  # the API server's level
+        if on_size is not None:
+            on_size(len(data))
         try:
             handler.send_response(code)
             handler.send_header("Content-Type", "application/json")
@@ -843,7 +861,6 @@ class FakeKubernetes:
             handler.wfile.write(data)
         except OSError:
             handler.close_connection = True
-        return len(data)
 
     def _watch_events(self, resource: str, namespace: str, query: Mapping[str, str],
                       client_gone: Callable[[], bool] = lambda: False
@@ -932,10 +949,10 @@ class FakeKubernetes:
             try:
                 for data in self._watch_events(resource, namespace, query,
                                                lambda: _client_gone(handler)):
-                    handler.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
-                    handler.wfile.flush()
                     with self._lock:
                         request.bytes += len(data)
+                    handler.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
+                    handler.wfile.flush()
                 handler.wfile.write(b"0\r\n\r\n")
                 handler.wfile.flush()
             finally:
