@@ -21,6 +21,7 @@ from hashring.hashing import key_hash, member_hash, string_key_hash
 from hashring.membership import KubernetesMembership, Membership, StaticMembership
 from hashring.placement import STRATEGIES, owners_of
 from hashring.ring import HashRing, Role
+from hashring.stable import stable_assignment
 
 __version__ = "0.1.0"
 
@@ -45,5 +46,6 @@ __all__ = [
     "member_hash",
     "owners_of",
     "plan_assignment",
+    "stable_assignment",
     "string_key_hash",
 ]

@@ -4,43 +4,60 @@
 floor(K/N) or ceil(K/N) keys (largest remainders when weighted). Which members
 get the larger quota is deterministic and prefers members that already hold
 more keys. A current owner that is still a member keeps its most preferred keys
-up to its quota; every other key goes to the member with the highest
-rendezvous score that is still under quota (keys taken in key-hash order).
+(highest rendezvous score ``fmix64(key_hash ^ member_hash)``) up to its quota;
+every other key goes to the first member with room on its walk around the ring
+of member points (:mod:`hashring.point_ring`). The free keys are placed in
+rounds: each goes to the first member clockwise that still has room; a member
+offered more keys than it has room for takes those first in key-hash order,
+and the others walk on in the next round.
 
 Consequences, proven by property tests in ``tests/test_balance.py``:
 
 * deterministic: the result depends on the sets of members and keys and on the
-  current owners, not on input order;
+  current owners, not on input order (pure integer hashing);
 * unweighted, the largest and smallest loads differ by at most one key;
 * keys move only away from over-quota or departed members, and only as many as
   the quotas need: one join moves exactly the newcomer's quota, one leave
   moves exactly the leaver's keys;
-* backups are the next members in rendezvous order, distinct from the primary.
+* backups are the next distinct members clockwise on the ring, never the primary.
 
-Scoring is vectorised with NumPy (10,000 keys x 1,000 members in well under a
-second, see ``benchmarks/bench_planner.py``).
+Cost (``benchmarks/bench_planner.py``): no keys x members matrix. Placing a
+key is a binary search over the points of the members that still have room,
+so a fresh plan of 100,000 keys x 10,000 members takes about a second and
+1,000,000 x 10,000 about ten; a call with the same inputs as one of the last
+few returns the cached :class:`Assignment`.
+
+Placement version 2 (this module): version 1 scored every key against every
+member (exact rendezvous order, K x N hash evaluations: 10 s for 100,000 x
+10,000 on one core, 150 GiB as a matrix). Sticky keys never move between
+versions; free keys and backups may be placed differently.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections import OrderedDict
+from collections.abc import Hashable, Iterable, Mapping
 from dataclasses import dataclass, field
+from threading import Lock
+from types import MappingProxyType
 
 import numpy as np
 import numpy.typing as npt
 
-from hashring.hashing import (
-    member_hash,
-    score_matrix,
-    string_key_hash,
-    weighted_score_matrix,
-)
+from hashring.hashing import fmix64_array, member_hash, string_key_hash
+from hashring.point_ring import PointRing
 from hashring.validation import check_keys, check_members, check_replicas, check_weights
+
+PLACEMENT_VERSION = 2
+"""Bumped whenever the planners place the same inputs differently (see README)."""
+
+IntArray = npt.NDArray[np.int64]
+U64Array = npt.NDArray[np.uint64]
 
 
 @dataclass(frozen=True)
 class Assignment:
-    """The result of :func:`plan_assignment`."""
+    """The result of :func:`plan_assignment` or :func:`hashring.stable_assignment`."""
 
     members: tuple[str, ...]
     """The sorted members the plan was made for."""
@@ -77,30 +94,190 @@ class Assignment:
         return sum(1 for k, o in self.owners.items() if current_owners.get(k) != o[0])
 
 
-def _quotas(
+# --- the shared machinery of both planners ---------------------------------------------
+
+
+@dataclass(frozen=True)
+class Fleet:
+    """Sorted members, their hashes and their ring (cached per member list)."""
+
+    members: tuple[str, ...]
+    hashes: U64Array
+    ring: PointRing
+    index: dict[str, int]
+
+
+@dataclass(frozen=True)
+class KeySet:
+    """Keys in processing order (key hash, then name) and their hashes."""
+
+    keys: list[str]
+    hashes: U64Array
+
+
+_CACHE_SIZE = 4
+_fleets: OrderedDict[tuple[str, ...], Fleet] = OrderedDict()
+_plans: OrderedDict[Hashable, tuple[tuple[object, ...], Assignment]] = OrderedDict()
+_cache_lock = Lock()
+
+
+def fleet_of(ordered: tuple[str, ...]) -> Fleet:
+    """The :class:`Fleet` of a sorted, validated member tuple (small LRU cache)."""
+    with _cache_lock:
+        found = _fleets.get(ordered)
+        if found is not None:
+            _fleets.move_to_end(ordered)
+            return found
+    hashes = np.fromiter((member_hash(m) for m in ordered), dtype=np.uint64, count=len(ordered))
+    fleet = Fleet(ordered, hashes, PointRing(hashes), {m: i for i, m in enumerate(ordered)})
+    with _cache_lock:
+        _fleets[ordered] = fleet
+        while len(_fleets) > _CACHE_SIZE:
+            _fleets.popitem(last=False)
+    return fleet
+
+
+def key_set(key_list: list[str]) -> KeySet:
+    """Hash the keys and put them in processing order (hash, then name on equal hashes)."""
+    raw = np.fromiter((string_key_hash(k) for k in key_list), dtype=np.uint64,
+                      count=len(key_list))
+    order = np.argsort(raw, kind="stable")
+    hashes = raw[order]
+    keys = [key_list[i] for i in order.tolist()]
+    if len(hashes) > 1 and bool((hashes[1:] == hashes[:-1]).any()):
+        # Equal 64-bit hashes (practically never): those keys go in name order.
+        keys = [k for _, k in sorted(zip(hashes.tolist(), keys, strict=True))]
+    return KeySet(keys, hashes)
+
+
+def quotas_for(
     members: tuple[str, ...],
     n_keys: int,
-    held: Mapping[str, int],
+    held: IntArray,
     weights: Mapping[str, float] | None,
-    mhash: Mapping[str, int],
-) -> dict[str, int]:
-    """floor/ceil quotas; ties go to members holding more, then by member hash."""
+    hashes: U64Array,
+) -> IntArray:
+    """floor/ceil quotas; the extra keys go to the largest remainders, then to members
+    holding more, then by member hash and name."""
+    n = len(members)
     if weights is None:
-        base, extra = divmod(n_keys, len(members))
-        exact = dict.fromkeys(members, float(base))
-        floors = dict.fromkeys(members, base)
-        frac = dict.fromkeys(members, 0.0)
+        base, extra = divmod(n_keys, n)
+        floors = np.full(n, base, dtype=np.int64)
+        frac = [0.0] * n
     else:
         total = sum(weights.values())
-        exact = {m: n_keys * weights[m] / total for m in members}
-        floors = {m: int(exact[m]) for m in members}
-        frac = {m: exact[m] - floors[m] for m in members}
-        extra = n_keys - sum(floors.values())
-    order = sorted(members, key=lambda m: (-frac[m], -held.get(m, 0), mhash[m], m))
-    quotas = dict(floors)
-    for m in order[:extra]:
-        quotas[m] += 1
+        exact = [n_keys * weights[m] / total for m in members]
+        floors = np.array([int(x) for x in exact], dtype=np.int64)
+        frac = [x - int(x) for x in exact]
+        extra = n_keys - int(floors.sum())
+    if extra == 0:
+        return floors
+    if weights is None:
+        # Members are sorted by name already: lexsort is stable, so name breaks the last ties.
+        order = np.lexsort((hashes, -held))
+    else:
+        hs = hashes.tolist()
+        order = np.array(sorted(range(n), key=lambda i: (-frac[i], -int(held[i]), hs[i], i)),
+                         dtype=np.int64)
+    quotas = floors.copy()
+    quotas[order[:extra]] += 1
     return quotas
+
+
+def keep_preferred(held_by: IntArray, khash: U64Array, mhash: U64Array, quotas: IntArray
+                   ) -> IntArray:
+    """Primary per key: each holder keeps its highest-scoring held keys up to its quota."""
+    primary = np.full(len(held_by), -1, dtype=np.int64)
+    rows = np.flatnonzero(held_by >= 0)
+    if len(rows):
+        who = held_by[rows]
+        scores = fmix64_array(khash[rows] ^ mhash[who])
+        order = np.lexsort((~scores, who))  # by holder, best score first
+        who_sorted = who[order]
+        rank = np.arange(len(order)) - np.searchsorted(who_sorted, who_sorted, side="left")
+        keep = order[rank < quotas[who_sorted]]
+        primary[rows[keep]] = who[keep]
+    return primary
+
+
+def fill(ring: PointRing, khash: U64Array, primary: IntArray, capacity: IntArray) -> IntArray:
+    """Give every key with ``primary < 0`` the first member clockwise with room (in rounds)."""
+    capacity = capacity.copy()
+    rows = np.flatnonzero(primary < 0)
+    while len(rows):
+        target = ring.first(khash[rows], capacity > 0)
+        order = np.argsort(target, kind="stable")  # by member, then key order
+        t_sorted = target[order]
+        rank = np.arange(len(order)) - np.searchsorted(t_sorted, t_sorted, side="left")
+        ok = rank < capacity[t_sorted]
+        primary[rows[order[ok]]] = t_sorted[ok]
+        capacity -= np.bincount(t_sorted[ok], minlength=len(capacity))
+        rows = np.sort(rows[order[~ok]])
+    return primary
+
+
+def with_backups(fleet: Fleet, keys: KeySet, primary: IntArray, replicas: int,
+                 quotas: IntArray) -> Assignment:
+    """Build the :class:`Assignment`: backups are the next distinct members clockwise."""
+    names = np.array(fleet.members, dtype=object)
+    columns = [names[primary]]
+    if replicas:
+        walk = fleet.ring.walk(keys.hashes, replicas + 1)
+        # The first `replicas` members of each walk that are not the primary.
+        first = np.argsort(walk == primary[:, None], axis=1, kind="stable")[:, :replicas]
+        backups = np.take_along_axis(walk, first, axis=1)
+        columns += [names[backups[:, j]] for j in range(replicas)]
+    owners = dict(zip(keys.keys, zip(*columns, strict=True), strict=True))
+    quota_map = dict(zip(fleet.members, quotas.tolist(), strict=True))
+    return Assignment(fleet.members, MappingProxyType(owners), MappingProxyType(quota_map))
+
+
+def balance_from(fleet: Fleet, keys: KeySet, held_by: IntArray,
+                 weights: Mapping[str, float] | None, replicas: int) -> Assignment:
+    """Quotas, then holders keep their preferred keys, then the rest walk the ring."""
+    n = len(fleet.members)
+    held = np.bincount(held_by[held_by >= 0], minlength=n).astype(np.int64)
+    quotas = quotas_for(fleet.members, len(keys.keys), held, weights, fleet.hashes)
+    primary = keep_preferred(held_by, keys.hashes, fleet.hashes, quotas)
+    capacity = quotas - np.bincount(primary[primary >= 0], minlength=n)
+    primary = fill(fleet.ring, keys.hashes, primary, capacity)
+    return with_backups(fleet, keys, primary, replicas, quotas)
+
+
+def _fingerprint(obj: object) -> Hashable:
+    """O(1) identity for tuples and frozensets (kept alive by the cache), else a
+    C-speed hash of the content."""
+    if obj is None or isinstance(obj, int):
+        return obj
+    if isinstance(obj, tuple | frozenset):
+        return ("id", id(obj))
+    if isinstance(obj, Mapping):
+        return ("map", type(obj), len(obj), frozenset(obj.items()))
+    return ("set", type(obj), len(obj), frozenset(obj))  # type: ignore[arg-type, call-overload]
+
+
+def cached(kind: str, *inputs: object) -> tuple[Hashable | None, Assignment | None]:
+    """(cache key, cached plan) for these inputs; key None if they are not hashable."""
+    try:
+        key: Hashable = (kind, *(_fingerprint(x) for x in inputs))
+    except TypeError:
+        return None, None
+    with _cache_lock:
+        hit = _plans.get(key)
+        if hit is not None:
+            _plans.move_to_end(key)
+            return key, hit[1]
+    return key, None
+
+
+def remember(key: Hashable | None, inputs: tuple[object, ...], plan: Assignment) -> None:
+    """Cache ``plan`` (the inputs are kept alive so that identities stay valid)."""
+    if key is None:
+        return
+    with _cache_lock:
+        _plans[key] = (inputs, plan)
+        while len(_plans) > _CACHE_SIZE:
+            _plans.popitem(last=False)
 
 
 def plan_assignment(
@@ -117,75 +294,21 @@ def plan_assignment(
     members, and keys not in ``keys``, are ignored). ``weights`` gives members
     proportional shares. ``replicas`` backups are named for every key.
     """
+    inputs = (members, keys, current_owners, weights, replicas)
+    cache_key, hit = cached("plan", *inputs)
+    if hit is not None:
+        return hit
     ordered = check_members(members)
     key_list = check_keys(keys)
     check_replicas(replicas, len(ordered))
     w = check_weights(weights, ordered)
-    current = dict(current_owners or {})
-    n = len(ordered)
-    if not key_list:
-        return Assignment(ordered, {}, dict.fromkeys(ordered, 0))
-
-    # Keys in hash order (ties by name): the processing order is part of the contract.
-    hashed = sorted((string_key_hash(k), k) for k in key_list)
-    sorted_keys = [k for _, k in hashed]
-    khash = np.fromiter((h for h, _ in hashed), dtype=np.uint64, count=len(hashed))
-    mh = {m: member_hash(m) for m in ordered}
-    mhash = np.fromiter((mh[m] for m in ordered), dtype=np.uint64, count=n)
-    index = {m: i for i, m in enumerate(ordered)}
-    warr = None if w is None else np.array([w[m] for m in ordered], dtype=np.float64)
-
-    # Current holdings of live members, in key order.
-    held_rows: dict[str, list[int]] = {}
-    for row, k in enumerate(sorted_keys):
-        o = current.get(k)
-        if o is not None and o in index:
-            held_rows.setdefault(o, []).append(row)
-    quotas = _quotas(ordered, len(sorted_keys), {m: len(r) for m, r in held_rows.items()}, w, mh)
-
-    primary = np.full(len(sorted_keys), -1, dtype=np.int64)
-    capacity = np.array([quotas[m] for m in ordered], dtype=np.int64)
-    for m, rows in held_rows.items():
-        j = index[m]
-        rows_arr = np.array(rows, dtype=np.int64)
-        # Keep the most preferred keys (highest score for this member) up to quota.
-        own_scores = score_matrix(khash[rows_arr], mhash[j : j + 1])[:, 0]
-        keep = rows_arr[np.argsort(own_scores, kind="stable")[::-1][: quotas[m]]]
-        primary[keep] = j
-        capacity[j] -= len(keep)
-
-    free = np.flatnonzero(primary < 0)
-    need_full = replicas > 0
-    prefs: npt.NDArray[np.float64] | npt.NDArray[np.uint64] | None = None
-    if len(free) or need_full:
-        rows_for = np.arange(len(sorted_keys)) if need_full else free
-        raw = score_matrix(khash[rows_for], mhash)
-        prefs = raw if warr is None else weighted_score_matrix(raw, warr)
-    if len(free):
-        assert prefs is not None
-        sub = prefs[free] if need_full else prefs
-        sub = sub.copy()
-        floor_value = 0 if warr is None else -np.inf
-        sub[:, capacity <= 0] = floor_value
-        for i, key_row in enumerate(free.tolist()):
-            col = int(np.argmax(sub[i]))
-            primary[key_row] = col
-            capacity[col] -= 1
-            if capacity[col] == 0:
-                sub[i + 1 :, col] = floor_value
-
-    owners: dict[str, tuple[str, ...]] = {}
-    if need_full:
-        assert prefs is not None
-        width = replicas + 1
-        top = np.argpartition(prefs, n - width, axis=1)[:, n - width :]
-        top_scores = np.take_along_axis(prefs, top, axis=1)
-        top = np.take_along_axis(top, np.argsort(top_scores, axis=1)[:, ::-1], axis=1)
-        for row, k in enumerate(sorted_keys):
-            p = int(primary[row])
-            backs = [int(j) for j in top[row] if int(j) != p][:replicas]
-            owners[k] = (ordered[p], *(ordered[j] for j in backs))
-    else:
-        for row, k in enumerate(sorted_keys):
-            owners[k] = (ordered[int(primary[row])],)
-    return Assignment(ordered, owners, quotas)
+    fleet = fleet_of(ordered)
+    ks = key_set(key_list)
+    held_by = np.full(len(ks.keys), -1, dtype=np.int64)
+    if current_owners:
+        get, idx = current_owners.get, fleet.index.get
+        held_by = np.fromiter((idx(get(k), -1) for k in ks.keys),  # type: ignore[arg-type]
+                              dtype=np.int64, count=len(ks.keys))
+    plan = balance_from(fleet, ks, held_by, w, replicas)
+    remember(cache_key, inputs, plan)
+    return plan

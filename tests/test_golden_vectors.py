@@ -5,7 +5,15 @@ from __future__ import annotations
 import json
 import pathlib
 
-from hashring import key_hash, member_hash, owners_of, plan_assignment, string_key_hash
+from hashring import (
+    key_hash,
+    member_hash,
+    owners_of,
+    plan_assignment,
+    stable_assignment,
+    string_key_hash,
+)
+from hashring.balance import PLACEMENT_VERSION
 
 GOLDEN = json.loads(
     (pathlib.Path(__file__).parent / "data" / "golden_vectors.json").read_text(encoding="utf-8")
@@ -33,3 +41,11 @@ def test_planner_decisions() -> None:
     p = GOLDEN["plan"]
     plan = plan_assignment(p["members"], p["keys"], replicas=p["replicas"])
     assert {k: list(v) for k, v in plan.owners.items()} == p["owners"]
+
+
+def test_stable_assignment_decisions() -> None:
+    assert GOLDEN["placement_version"] == PLACEMENT_VERSION
+    assert len(GOLDEN["stable"]) >= 3
+    for case in GOLDEN["stable"]:
+        plan = stable_assignment(case["members"], case["keys"], replicas=case["replicas"])
+        assert {k: list(v) for k, v in plan.owners.items()} == case["owners"], case["members"]

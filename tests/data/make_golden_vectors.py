@@ -8,7 +8,15 @@ from __future__ import annotations
 import json
 import pathlib
 
-from hashring import key_hash, member_hash, owners_of, plan_assignment, string_key_hash
+from hashring import (
+    key_hash,
+    member_hash,
+    owners_of,
+    plan_assignment,
+    stable_assignment,
+    string_key_hash,
+)
+from hashring.balance import PLACEMENT_VERSION
 
 CASES = [
     ("orders", "shardId-000000000000"),
@@ -41,7 +49,13 @@ def build() -> dict[str, object]:
                 })
     keys = [f"orders/shardId-{i:012d}" for i in range(23)]
     plan = plan_assignment(MEMBER_LISTS[1], keys, replicas=1)
+    stable = [
+        {"members": ml, "replicas": 1,
+         "owners": {k: list(v) for k, v in stable_assignment(ml, keys, replicas=1).owners.items()}}
+        for ml in MEMBER_LISTS
+    ]
     return {
+        "placement_version": PLACEMENT_VERSION,
         "encoding": "mmh3 x64_128 seed 0, first 64-bit word, of u32be(len(c)) + c + s",
         "key_hashes": hashes,
         "member_hashes": {m: str(member_hash(m)) for m in members},
@@ -49,6 +63,7 @@ def build() -> dict[str, object]:
         "decisions": decisions,
         "plan": {"members": MEMBER_LISTS[1], "keys": keys, "replicas": 1,
                  "owners": {k: list(v) for k, v in plan.owners.items()}},
+        "stable": [{"keys": keys, **s} for s in stable],
     }
 
 
