@@ -36,15 +36,16 @@ versions; free keys and backups may be placed differently.
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Hashable, Iterable, Mapping
+from collections.abc import Collection, Hashable, Iterable, Mapping
 from dataclasses import dataclass, field
 from threading import Lock
 from types import MappingProxyType
 
+import mmh3
 import numpy as np
 import numpy.typing as npt
 
-from hashring.hashing import fmix64_array, member_hash, string_key_hash
+from hashring.hashing import KEY_SEED, fmix64_array, member_hash
 from hashring.point_ring import PointRing
 from hashring.validation import check_keys, check_members, check_replicas, check_weights
 
@@ -116,20 +117,36 @@ class KeySet:
 
 
 _CACHE_SIZE = 4
+_NEAR = 4
+"""Member lists at most this many joins + leaves apart update a cached ring."""
 _fleets: OrderedDict[tuple[str, ...], Fleet] = OrderedDict()
 _plans: OrderedDict[Hashable, tuple[tuple[object, ...], Assignment]] = OrderedDict()
+_key_sets: OrderedDict[Hashable, tuple[object, KeySet]] = OrderedDict()
 _cache_lock = Lock()
 
 
 def fleet_of(ordered: tuple[str, ...]) -> Fleet:
-    """The :class:`Fleet` of a sorted, validated member tuple (small LRU cache)."""
+    """The :class:`Fleet` of a sorted, validated member tuple (small LRU cache; a
+    member list a few members away from a cached one updates that one's ring)."""
     with _cache_lock:
         found = _fleets.get(ordered)
         if found is not None:
             _fleets.move_to_end(ordered)
             return found
+        recent = list(_fleets.values())
+    index = {m: i for i, m in enumerate(ordered)}
     hashes = np.fromiter((member_hash(m) for m in ordered), dtype=np.uint64, count=len(ordered))
-    fleet = Fleet(ordered, hashes, PointRing(hashes), {m: i for i, m in enumerate(ordered)})
+    ring = None
+    for old in reversed(recent):
+        joined = [index[m] for m in ordered if m not in old.index]
+        if len(joined) + len(old.members) - (len(ordered) - len(joined)) > _NEAR:
+            continue
+        old_to_new = np.array([index.get(m, -1) for m in old.members], dtype=np.int64)
+        added = np.array(joined, dtype=np.int64)
+        ring = old.ring.changed(old_to_new, added, hashes[added])
+        if ring is not None:
+            break
+    fleet = Fleet(ordered, hashes, ring if ring is not None else PointRing(hashes), index)
     with _cache_lock:
         _fleets[ordered] = fleet
         while len(_fleets) > _CACHE_SIZE:
@@ -137,17 +154,38 @@ def fleet_of(ordered: tuple[str, ...]) -> Fleet:
     return fleet
 
 
-def key_set(key_list: list[str]) -> KeySet:
-    """Hash the keys and put them in processing order (hash, then name on equal hashes)."""
-    raw = np.fromiter((string_key_hash(k) for k in key_list), dtype=np.uint64,
-                      count=len(key_list))
+def key_set(keys: Iterable[str]) -> KeySet:
+    """Validate and hash the keys, in processing order (hash, then name on equal
+    hashes); the last few key sets are cached."""
+    try:
+        fingerprint: Hashable = _fingerprint(keys)
+    except TypeError:
+        fingerprint = None
+    if fingerprint is not None:
+        with _cache_lock:
+            hit = _key_sets.get(fingerprint)
+            if hit is not None:
+                _key_sets.move_to_end(fingerprint)
+                return hit[1]
+    key_list = check_keys(keys)
+    raw = np.fromiter(
+        (mmh3.hash64(k.encode("utf-8"), seed=KEY_SEED, x64arch=True, signed=False)[0]
+         for k in key_list),
+        dtype=np.uint64, count=len(key_list),
+    )
     order = np.argsort(raw, kind="stable")
     hashes = raw[order]
-    keys = [key_list[i] for i in order.tolist()]
+    ordered = [key_list[i] for i in order.tolist()]
     if len(hashes) > 1 and bool((hashes[1:] == hashes[:-1]).any()):
         # Equal 64-bit hashes (practically never): those keys go in name order.
-        keys = [k for _, k in sorted(zip(hashes.tolist(), keys, strict=True))]
-    return KeySet(keys, hashes)
+        ordered = [k for _, k in sorted(zip(hashes.tolist(), ordered, strict=True))]
+    result = KeySet(ordered, hashes)
+    if fingerprint is not None:
+        with _cache_lock:
+            _key_sets[fingerprint] = (keys, result)
+            while len(_key_sets) > _CACHE_SIZE:
+                _key_sets.popitem(last=False)
+    return result
 
 
 def quotas_for(
@@ -249,11 +287,18 @@ def _fingerprint(obj: object) -> Hashable:
     C-speed hash of the content."""
     if obj is None or isinstance(obj, int):
         return obj
+    if not isinstance(obj, Collection):
+        raise TypeError("an iterator has no fingerprint")
     if isinstance(obj, tuple | frozenset):
         return ("id", id(obj))
     if isinstance(obj, Mapping):
         return ("map", type(obj), len(obj), frozenset(obj.items()))
-    return ("set", type(obj), len(obj), frozenset(obj))  # type: ignore[arg-type, call-overload]
+    return ("set", type(obj), len(obj), frozenset(obj))
+
+
+def collected(items: Iterable[str]) -> Iterable[str]:
+    """``items`` itself if it can be read twice, else its items in a list."""
+    return items if isinstance(items, Collection) else list(items)
 
 
 def cached(kind: str, *inputs: object) -> tuple[Hashable | None, Assignment | None]:
@@ -294,16 +339,16 @@ def plan_assignment(
     members, and keys not in ``keys``, are ignored). ``weights`` gives members
     proportional shares. ``replicas`` backups are named for every key.
     """
+    members, keys = collected(members), collected(keys)
     inputs = (members, keys, current_owners, weights, replicas)
     cache_key, hit = cached("plan", *inputs)
     if hit is not None:
         return hit
     ordered = check_members(members)
-    key_list = check_keys(keys)
+    ks = key_set(keys)
     check_replicas(replicas, len(ordered))
     w = check_weights(weights, ordered)
     fleet = fleet_of(ordered)
-    ks = key_set(key_list)
     held_by = np.full(len(ks.keys), -1, dtype=np.int64)
     if current_owners:
         get, idx = current_owners.get, fleet.index.get

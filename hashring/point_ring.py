@@ -45,10 +45,38 @@ class PointRing:
         n = len(member_hashes)
         points = member_points(member_hashes).ravel()
         owner = np.repeat(np.arange(n, dtype=np.int64), POINTS_PER_MEMBER)
-        order = np.lexsort((owner, points))
+        order = np.argsort(points, kind="stable")  # equal values: member order (row-major)
         self.n = n
         self.points: U64Array = points[order]
         self.owner: IntArray = owner[order]
+
+    def changed(self, old_to_new: IntArray, added: IntArray, added_hashes: U64Array
+                ) -> PointRing | None:
+        """This ring after a few members left or joined, without sorting it again.
+
+        ``old_to_new`` maps each old member index to its new index (-1: left);
+        ``added`` are the new indices of the joined members. None if a new point
+        equals an existing one (then build the ring from scratch).
+        """
+        n = int(max(old_to_new.max(initial=-1), added.max(initial=-1))) + 1
+        owner = old_to_new[self.owner]
+        stay = owner >= 0
+        points, owner = self.points[stay], owner[stay]
+        if len(added):
+            new_points = member_points(added_hashes).ravel()
+            new_owner = np.repeat(added, POINTS_PER_MEMBER)
+            order = np.argsort(new_points, kind="stable")
+            new_points, new_owner = new_points[order], new_owner[order]
+            left = np.searchsorted(points, new_points, side="left")
+            if bool((left != np.searchsorted(points, new_points, side="right")).any()) or bool(
+                (new_points[1:] == new_points[:-1]).any()
+            ):
+                return None
+            points = np.insert(points, left, new_points)
+            owner = np.insert(owner, left, new_owner)
+        ring = PointRing.__new__(PointRing)
+        ring.n, ring.points, ring.owner = n, points, owner
+        return ring
 
     def first(self, key_points: U64Array, open_members: npt.NDArray[np.bool_] | None = None
               ) -> IntArray:

@@ -50,8 +50,16 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 
-from hashring.balance import Assignment, balance_from, cached, fleet_of, key_set, remember
-from hashring.validation import check_keys, check_members, check_replicas, check_weights
+from hashring.balance import (
+    Assignment,
+    balance_from,
+    cached,
+    collected,
+    fleet_of,
+    key_set,
+    remember,
+)
+from hashring.validation import check_members, check_replicas, check_weights
 
 
 def stable_assignment(
@@ -68,16 +76,16 @@ def stable_assignment(
     the next distinct members clockwise on the ring. Calls with the same inputs
     as one of the last few return the cached :class:`Assignment`.
     """
+    members, keys = collected(members), collected(keys)
     inputs = (members, keys, weights, replicas)
     cache_key, hit = cached("stable", *inputs)
     if hit is not None:
         return hit
     ordered = check_members(members)
-    key_list = check_keys(keys)
+    ks = key_set(keys)
     check_replicas(replicas, len(ordered))
     w = check_weights(weights, ordered)
     fleet = fleet_of(ordered)
-    ks = key_set(key_list)
     landed = fleet.ring.first(ks.hashes)
     plan = balance_from(fleet, ks, landed, w, replicas)
     remember(cache_key, inputs, plan)

@@ -106,6 +106,8 @@ def test_same_inputs_return_the_cached_plan_and_changed_inputs_do_not() -> None:
     assert stable_assignment(list(members), list(keys), replicas=1).owners == first.owners
     assert stable_assignment(members, keys[:-1], replicas=1).owners != first.owners
     assert stable_assignment(members, keys, replicas=2) is not first
+    from_iterators = stable_assignment(iter(members), (k for k in keys), replicas=1)
+    assert from_iterators.owners == first.owners
 
 
 def test_invalid_input_is_rejected_with_a_fix() -> None:
