@@ -105,12 +105,16 @@ class DynamoDBMembership:
         self._last_refresh: float | None = None
         self._members: tuple[str, ...] = ()
         self._version = 0
+        self._dirty = True
+        self._valid_until = -math.inf
         self._left = False
         self._duplicate = False
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self.heartbeat_failures = 0
         self.rows_collected = 0
+        self.rebuilds = 0
+        """How many times the member list was rebuilt (reads of ``version`` in between are O(1))."""
 
     # --- the Membership protocol -----------------------------------------------------
 
@@ -148,6 +152,7 @@ class DynamoDBMembership:
             except DuplicateMemberIdError:
                 with self._lock:
                     self._duplicate = True
+                    self._dirty = True
                 log.error("member id %s is used by another process; stepping down", self._self_id)
                 self._recompute(self.clock())
                 raise
@@ -157,6 +162,7 @@ class DynamoDBMembership:
             with self._lock:
                 self._last_counter = row.heartbeat
                 self._self_sent_at = sent
+                self._dirty = True
             self._recompute(self.clock())
             return row
 
@@ -174,10 +180,12 @@ class DynamoDBMembership:
                 seen = self._seen.get(member_id)
                 if seen is None or (seen.heartbeat, seen.incarnation) != (row.heartbeat, row.incarnation):
                     self._seen[member_id] = _Seen(row.heartbeat, row.incarnation, now)
+                    self._dirty = True
                 elif member_id != self._self_id and now - seen.since >= self.stale_row_timeout:
                     stale.append((member_id, seen))
             for member_id in [m for m in self._seen if m not in snapshot.members]:
                 del self._seen[member_id]  # left (row deleted) or collected
+                self._dirty = True
             self._last_refresh = now
         for member_id, seen in stale:
             try:
@@ -188,6 +196,7 @@ class DynamoDBMembership:
                 log.warning("could not delete the stale heartbeat row of %s: %s", member_id, exc)
             with self._lock:
                 self._seen.pop(member_id, None)
+                self._dirty = True
         self._recompute(now)
 
     def start(self) -> DynamoDBMembership:
@@ -215,6 +224,7 @@ class DynamoDBMembership:
         with self._heartbeat_lock:
             with self._lock:
                 self._left = True
+                self._dirty = True
             try:
                 self.table.delete_member(self._self_id, incarnation=self.incarnation)
             except KinesisHashRingError as exc:
@@ -235,7 +245,17 @@ class DynamoDBMembership:
     # --- liveness --------------------------------------------------------------------
 
     def _recompute(self, now: float) -> tuple[str, ...]:
+        """The live members at ``now``; rebuilt only after a change of what was seen or
+        when someone's liveness runs out (so reading ``version`` is O(1) in between)."""
         with self._lock:
+            if not self._dirty and now < self._valid_until:
+                return self._members
+            self.rebuilds += 1
+            expiries = [
+                seen.since + self.member_timeout
+                for m, seen in self._seen.items()
+                if m != self._self_id and now - seen.since < self.member_timeout
+            ]
             live = {
                 m
                 for m, seen in self._seen.items()
@@ -248,6 +268,9 @@ class DynamoDBMembership:
                 and now - self._self_sent_at < self.member_timeout
             ):
                 live.add(self._self_id)
+                expiries.append(self._self_sent_at + self.member_timeout)
+            self._valid_until = min(expiries, default=math.inf)
+            self._dirty = False
             members = tuple(sorted(live))
             if members != self._members:
                 self._members = members

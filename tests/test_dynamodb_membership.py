@@ -215,3 +215,22 @@ def test_coordinator_checks_member_timeout_against_its_tick(table: LeaseTable) -
     ms = DynamoDBMembership(table, "a", member_timeout=1.0)
     with pytest.raises(ConfigurationError, match="member_timeout"):
         LeaseCoordinator(table, ms, ["k"], lease_duration=3.0)
+
+
+def test_reading_the_version_does_not_rebuild_the_member_list(table: LeaseTable) -> None:
+    clock = FakeClock()
+    a, b = member(table, "a", clock), member(table, "b", clock)
+    a.heartbeat()
+    b.heartbeat()
+    assert a.refresh() == ("a", "b")
+    version, rebuilds = a.version, a.rebuilds
+    for _ in range(1000):  # the hot path: HashRing reads the version on every lookup
+        assert a.version == version
+    assert a.rebuilds == rebuilds
+    clock.advance(6.0)  # b's (and a's own) liveness ran out: the next read notices
+    assert a.version != version and a.members() == ()
+    assert a.rebuilds == rebuilds + 1
+    b.heartbeat()
+    a.heartbeat()
+    a.refresh()
+    assert a.members() == ("a", "b")
