@@ -31,9 +31,10 @@ strategy places every key, then follows the membership changes of a scenario
 
 Strategies (:data:`hashring.sim.placers.SIM_STRATEGIES`): ``range`` (Knock),
 ``rendezvous``, ``jump`` (on StatefulSet names ``worker-<i>``), ``ketama``
-(baseline ring, ``vnodes`` points per member) and ``balanced``
+(baseline ring, ``vnodes`` points per member), ``balanced``
 (:func:`hashring.plan_assignment` with the current owners carried over
-between steps). Every other strategy runs on Deployment pod names.
+between steps) and ``stable`` (:func:`hashring.stable_assignment`, from the
+member list and the keys alone). Every other strategy runs on Deployment pod names.
 
 ``hashring simulate`` (:mod:`hashring.cli`) prints these results as tables or
 JSON; ``benchmarks/bench_placement.py`` runs the full grid.
@@ -270,7 +271,20 @@ class GridReport:
                 and (strategy is None or r.strategy == strategy)]
 
     def checks(self) -> list[Check]:
-        """The issue's bounds on the balanced planner, checked on every result."""
+        """The issue's bounds on the balanced planner (and the stable one's balance)."""
+        out = self._planner_checks()
+        stable = self.select(strategy="stable")
+        if stable:
+            worst = max(stable, key=lambda r: r.worst_spread)
+            out.append(Check(
+                "stable: max - min <= 1 in every state",
+                worst.worst_spread <= 1,
+                f"worst max - min {worst.worst_spread} ({worst.scenario}, K={worst.keys}, "
+                f"N={worst.members}) over {len(stable)} runs",
+            ))
+        return out
+
+    def _planner_checks(self) -> list[Check]:
         planner = self.select(strategy="balanced")
         if not planner:
             return []

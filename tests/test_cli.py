@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from hashring import owners_of, plan_assignment
+from hashring import owners_of, plan_assignment, stable_assignment
 from hashring.cli import app
 from hashring.hashing import key_hash
 from hashring.simulate import Check, GridReport
@@ -31,8 +31,9 @@ def test_simulate_json() -> None:
     result = runner.invoke(app, ["simulate", "--keys", "30,64", "--members", "4,6", "--json"])
     assert result.exit_code == 0, result.output
     data = json.loads(result.stdout)
-    assert data["params"]["strategies"] == ["range", "rendezvous", "jump", "ketama", "balanced"]
-    assert len(data["results"]) == 2 * 2 * 5 * 5
+    assert data["params"]["strategies"] == ["range", "rendezvous", "jump", "ketama", "balanced",
+                                            "stable"]
+    assert len(data["results"]) == 2 * 2 * 6 * 5
     assert data["checks"] and all(c["passed"] for c in data["checks"])
     planner = [r for r in data["results"] if r["strategy"] == "balanced"]
     assert max(r["worst_spread"] for r in planner) <= 1
@@ -164,6 +165,20 @@ def test_explain_balanced_follows_the_planner() -> None:
     }
     primaries = [c["primary"] for c in data["counts"].values()]
     assert max(primaries) - min(primaries) <= 1 and data["quotas"] == dict(plan.quotas)
+
+
+def test_explain_stable_follows_stable_assignment() -> None:
+    data = explain_json("-m", "a,b,c,d", "-c", "orders", "--shards", "11",
+                        "--strategy", "stable", "--replicas", "1")
+    plan = stable_assignment(["a", "b", "c", "d"],
+                             [f"orders/shardId-{i:012d}" for i in range(11)], replicas=1)
+    assert {k["hashed_key"]: [k["primary"], *k["backups"]] for k in data["keys"]} == {
+        key: list(owners) for key, owners in plan.owners.items()
+    }
+    assert data["quotas"] == dict(plan.quotas)
+    for k in data["keys"]:
+        assert k["detail"]["walked"] == (k["primary"] != k["detail"]["landed"])
+        assert ("walked on" in k["reason"]) == k["detail"]["walked"]
 
 
 def test_explain_table_output() -> None:

@@ -243,3 +243,12 @@ def test_bad_arguments_raise_named_errors() -> None:
         run_grid([10], [1], ["crash"])
     with pytest.raises(ValueError):  # every simulator error is a ValueError too
         run_grid([10], [3], [])
+
+
+def test_stable_is_balanced_in_every_state_and_checked() -> None:
+    report = run_grid([64, 400], [7, 20], strategies=["stable"])
+    assert all(r.worst_spread <= 1 for r in report.results)
+    for r in report.select(scenario="scale-out") + report.select(scenario="crash"):
+        assert r.moved >= r.optimum > 0
+    (check,) = report.checks()
+    assert check.name.startswith("stable: max - min <= 1") and check.passed

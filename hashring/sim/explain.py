@@ -11,8 +11,11 @@ reasoning:
   the key fell through to another ordinal because that one is missing;
 * ``balanced``: :func:`hashring.plan_assignment` over the lease keys
   ``"<consumer>/<shard>"`` (no current owners): each member's quota and the
-  rank of the owner in the key's rendezvous order (rank > 1 when the members
-  the key preferred were already at quota).
+  rank of the owner in the key's walk around the ring of member points (rank
+  > 1 when the members met first were already at quota).
+* ``stable``: :func:`hashring.stable_assignment` over the same lease keys: the
+  member the key landed on (first clockwise on the ring of member points), and
+  whether it stayed there or walked on because that member was over quota.
 """
 
 from __future__ import annotations
@@ -21,14 +24,17 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from hashring.balance import plan_assignment
+import numpy as np
+
+from hashring.balance import fleet_of, plan_assignment
 from hashring.errors import InvalidKeyError, UnknownStrategyError
 from hashring.hashing import jump_bucket, key_hash, member_hash, range_index, score, string_key_hash
 from hashring.placement import owners_of, parse_ordinal
 from hashring.sim.placers import kinesis_shard_id
+from hashring.stable import stable_assignment
 from hashring.validation import check_members, check_replicas
 
-EXPLAIN_STRATEGIES = ("range", "rendezvous", "jump", "balanced")
+EXPLAIN_STRATEGIES = ("range", "rendezvous", "jump", "balanced", "stable")
 _TOP_SCORES = 3
 
 
@@ -175,6 +181,8 @@ def explain(
     shard_ids = shard_list(shard_ids=list(shards))
     if strategy == "balanced":
         return _explain_balanced(ordered, consumer, shard_ids, replicas)
+    if strategy == "stable":
+        return _explain_stable(ordered, consumer, shard_ids, replicas)
     out = []
     for shard in shard_ids:
         h = key_hash(consumer, shard)
@@ -194,22 +202,47 @@ def _explain_balanced(members: tuple[str, ...], consumer: str, shards: list[str]
                       replicas: int) -> Explanation:
     lease_keys = [f"{consumer}/{s}" for s in shards]
     plan = plan_assignment(members, lease_keys, replicas=replicas)
-    mh = {m: member_hash(m) for m in members}
+    fleet = fleet_of(members)
+    hashes = np.array([string_key_hash(k) for k in lease_keys], dtype=np.uint64)
+    walks = fleet.ring.walk(hashes, len(members)).tolist()
     out = []
-    for shard, lk in zip(shards, lease_keys, strict=True):
-        h = string_key_hash(lk)
-        order = sorted(members, key=lambda m: score(h, mh[m]), reverse=True)
+    for shard, lk, h, walk in zip(shards, lease_keys, hashes.tolist(), walks, strict=True):
+        order = [members[i] for i in walk]
         owners = plan.owners[lk]
         rank = order.index(owners[0]) + 1
         quota = plan.quotas[owners[0]]
         if rank == 1:
-            reason = f"rendezvous choice #1 of {len(members)}; {owners[0]} quota {quota}"
+            reason = f"ring choice #1 of {len(members)}; {owners[0]} quota {quota}"
         else:
-            reason = (f"rendezvous choice #{rank} of {len(members)}: "
+            reason = (f"ring choice #{rank} of {len(members)}: "
                       f"{', '.join(order[: rank - 1])} already at quota; "
                       f"{owners[0]} quota {quota}")
         if replicas:
-            reason += "; backups: the next members in rendezvous order"
+            reason += "; backups: the next distinct members clockwise"
         out.append(KeyExplanation(shard, lk, h, owners, reason,
                                   {"rank": rank, "quota": quota, "preference": order[:5]}))
     return Explanation("balanced", consumer, members, replicas, tuple(out), dict(plan.quotas))
+
+
+def _explain_stable(members: tuple[str, ...], consumer: str, shards: list[str],
+                    replicas: int) -> Explanation:
+    lease_keys = [f"{consumer}/{s}" for s in shards]
+    plan = stable_assignment(members, lease_keys, replicas=replicas)
+    fleet = fleet_of(members)
+    hashes = np.array([string_key_hash(k) for k in lease_keys], dtype=np.uint64)
+    landed = [members[i] for i in fleet.ring.first(hashes).tolist()]
+    out = []
+    for shard, lk, h, first in zip(shards, lease_keys, hashes.tolist(), landed, strict=True):
+        owners = plan.owners[lk]
+        quota = plan.quotas[owners[0]]
+        if owners[0] == first:
+            reason = f"landed on {first} (first clockwise on the ring); quota {quota}"
+        else:
+            reason = (f"landed on {first}, over its quota {plan.quotas[first]}: walked on "
+                      f"clockwise to {owners[0]} (quota {quota})")
+        if replicas:
+            reason += "; backups: the next distinct members clockwise"
+        out.append(KeyExplanation(shard, lk, h, owners, reason,
+                                  {"landed": first, "quota": quota,
+                                   "walked": owners[0] != first}))
+    return Explanation("stable", consumer, members, replicas, tuple(out), dict(plan.quotas))

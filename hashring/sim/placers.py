@@ -11,6 +11,8 @@ planner carries them over (that is what makes it sticky).
 * ``ketama``: the :mod:`hashring.ketama` baseline (``vnodes`` points per member).
 * ``balanced``: :func:`hashring.plan_assignment` over the lease keys
   ``"<consumer>/<shard>"`` with the previous owners as ``current_owners``.
+* ``stable``: :func:`hashring.stable_assignment` over the same lease keys; it
+  never sees the previous owners.
 """
 
 from __future__ import annotations
@@ -28,10 +30,11 @@ from hashring.errors import UnknownStrategyError
 from hashring.hashing import key_hash, member_hash, score_matrix
 from hashring.ketama import DEFAULT_VNODES, KetamaRing, check_vnodes, ketama_key_points
 from hashring.placement import make_strategy
+from hashring.stable import stable_assignment
 from hashring.validation import check_members
 
-SIM_STRATEGIES = ("range", "rendezvous", "jump", "ketama", "balanced")
-"""Strategies the simulator compares: the public ones, the ketama baseline, the planner."""
+SIM_STRATEGIES = ("range", "rendezvous", "jump", "ketama", "balanced", "stable")
+"""Strategies the simulator compares: the public ones, the ketama baseline, the planners."""
 
 
 def kinesis_shard_id(i: int) -> str:
@@ -152,6 +155,20 @@ class BalancedPlacer:
         return [plan.owner(k) for k in lease_keys]
 
 
+@dataclass
+class StablePlacer:
+    """:func:`hashring.stable_assignment`: balanced from the members and keys alone."""
+
+    keys: KeySet
+    name: str = "stable"
+    workload: str = "deployment"
+
+    def place(self, members: Sequence[str], previous: Sequence[str] | None) -> list[str]:
+        lease_keys = self.keys.lease_keys
+        plan = stable_assignment(members, lease_keys)
+        return [plan.owner(k) for k in lease_keys]
+
+
 def make_placer(name: str, keys: KeySet, *, vnodes: int = DEFAULT_VNODES) -> Placer:
     """The placer for strategy ``name`` (one of :data:`SIM_STRATEGIES`)."""
     if name in ("range", "jump"):
@@ -162,6 +179,8 @@ def make_placer(name: str, keys: KeySet, *, vnodes: int = DEFAULT_VNODES) -> Pla
         return KetamaPlacer(keys, check_vnodes(vnodes))
     if name == "balanced":
         return BalancedPlacer(keys)
+    if name == "stable":
+        return StablePlacer(keys)
     raise UnknownStrategyError(
         f"unknown strategy {name!r} for the simulator: choose one of {', '.join(SIM_STRATEGIES)}"
     )

@@ -42,7 +42,7 @@ def _span(values: Sequence[float] | None, kind: str = "float") -> str:
 
 
 def _style(r: ScenarioResult) -> str | None:
-    return "bold green" if r.strategy == "balanced" else None
+    return {"balanced": "bold green", "stable": "green"}.get(r.strategy)
 
 
 def _grouped(rows: list[ScenarioResult]) -> list[tuple[ScenarioResult, bool]]:
@@ -113,7 +113,7 @@ def summary_table(report: GridReport) -> Table:
             _span(s.get("rolling_moves_per_key")),
             _span(s.get("rolling_worst_spread"), "int"),
             REFERENCE_FIGURES.get(strategy, ""),
-            style="bold green" if strategy == "balanced" else None,
+            style={"balanced": "bold green", "stable": "green"}.get(strategy),
         )
     return t
 
