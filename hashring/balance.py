@@ -35,7 +35,7 @@ versions; free keys and backups may be placed differently.
 
 from __future__ import annotations
 
-from collections import OrderedDict
+from collections import OrderedDict, defaultdict
 from collections.abc import Collection, Hashable, Iterable, Mapping
 from dataclasses import dataclass, field
 from threading import Lock
@@ -117,6 +117,7 @@ class KeySet:
 
 
 _CACHE_SIZE = 4
+_CACHE_KEYS = 2_000_000
 _NEAR = 4
 """Member lists at most this many joins + leaves apart update a cached ring."""
 _fleets: OrderedDict[tuple[str, ...], Fleet] = OrderedDict()
@@ -135,17 +136,24 @@ def fleet_of(ordered: tuple[str, ...]) -> Fleet:
             return found
         recent = list(_fleets.values())
     index = {m: i for i, m in enumerate(ordered)}
-    hashes = np.fromiter((member_hash(m) for m in ordered), dtype=np.uint64, count=len(ordered))
-    ring = None
+    near = None
     for old in reversed(recent):
         joined = [index[m] for m in ordered if m not in old.index]
-        if len(joined) + len(old.members) - (len(ordered) - len(joined)) > _NEAR:
-            continue
-        old_to_new = np.array([index.get(m, -1) for m in old.members], dtype=np.int64)
-        added = np.array(joined, dtype=np.int64)
-        ring = old.ring.changed(old_to_new, added, hashes[added])
-        if ring is not None:
+        if len(joined) + len(old.members) - (len(ordered) - len(joined)) <= _NEAR:
+            near = old
             break
+    if near is None:
+        hashes = np.fromiter((member_hash(m) for m in ordered), dtype=np.uint64,
+                             count=len(ordered))
+        ring = None
+    else:
+        known = near.hashes.tolist()
+        hashes = np.fromiter(
+            (known[near.index[m]] if m in near.index else member_hash(m) for m in ordered),
+            dtype=np.uint64, count=len(ordered))
+        old_to_new = np.array([index.get(m, -1) for m in near.members], dtype=np.int64)
+        added = np.array(joined, dtype=np.int64)
+        ring = near.ring.changed(old_to_new, added, hashes[added])
     fleet = Fleet(ordered, hashes, ring if ring is not None else PointRing(hashes), index)
     with _cache_lock:
         _fleets[ordered] = fleet
@@ -316,12 +324,17 @@ def cached(kind: str, *inputs: object) -> tuple[Hashable | None, Assignment | No
 
 
 def remember(key: Hashable | None, inputs: tuple[object, ...], plan: Assignment) -> None:
-    """Cache ``plan`` (the inputs are kept alive so that identities stay valid)."""
+    """Cache ``plan`` (the inputs are kept alive so that identities stay valid); the
+    oldest plans go first beyond :data:`_CACHE_SIZE` plans or :data:`_CACHE_KEYS` keys."""
     if key is None:
         return
     with _cache_lock:
         _plans[key] = (inputs, plan)
-        while len(_plans) > _CACHE_SIZE:
+        _plans.move_to_end(key)
+        while len(_plans) > 1 and (
+            len(_plans) > _CACHE_SIZE
+            or sum(len(p.owners) for _, p in _plans.values()) > _CACHE_KEYS
+        ):
             _plans.popitem(last=False)
 
 
@@ -351,9 +364,11 @@ def plan_assignment(
     fleet = fleet_of(ordered)
     held_by = np.full(len(ks.keys), -1, dtype=np.int64)
     if current_owners:
-        get, idx = current_owners.get, fleet.index.get
-        held_by = np.fromiter((idx(get(k), -1) for k in ks.keys),  # type: ignore[arg-type]
-                              dtype=np.int64, count=len(ks.keys))
+        lookup: defaultdict[str | None, int] = defaultdict(lambda: -1)
+        lookup.update(fleet.index)
+        holders = map(current_owners.get, ks.keys)
+        held_by = np.fromiter(map(lookup.__getitem__, holders), dtype=np.int64,
+                              count=len(ks.keys))
     plan = balance_from(fleet, ks, held_by, w, replicas)
     remember(cache_key, inputs, plan)
     return plan

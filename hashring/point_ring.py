@@ -60,8 +60,10 @@ class PointRing:
         """
         n = int(max(old_to_new.max(initial=-1), added.max(initial=-1))) + 1
         owner = old_to_new[self.owner]
-        stay = owner >= 0
-        points, owner = self.points[stay], owner[stay]
+        points = self.points
+        if bool((old_to_new < 0).any()):
+            stay = owner >= 0
+            points, owner = points[stay], owner[stay]
         if len(added):
             new_points = member_points(added_hashes).ravel()
             new_owner = np.repeat(added, POINTS_PER_MEMBER)
