@@ -339,3 +339,20 @@ def test_watch_forbidden_names_the_watch_rule(
     with pytest.raises(StaleMembershipError) as info:
         m.members()
     assert "lacks RBAC verb 'watch' on resource 'endpointslices'" in str(info.value.last_error)
+
+
+def test_watch_sees_the_service_go_and_warns_once(
+        fake_k8s: FakeKubernetes, make: Callable[..., KubernetesMembership],
+        caplog: pytest.LogCaptureFixture) -> None:
+    pods = fleet(fake_k8s)
+    m = make(pods[0], watch=True, ttl=1.0)
+    assert m.members() == tuple(sorted(pods))
+    eventually(lambda: fake_k8s.open_watches == 1, what="the slice watch")
+    caplog.set_level(logging.WARNING, logger="hashring.membership.kubernetes")
+    fake_k8s.delete_service("orders")
+    eventually(lambda: m.members() == (), what="no members without slices")
+    assert HashRing(m).ready is False, "this pod is not listed: it takes nothing"
+    gone = [r for r in caplog.records if "has no EndpointSlices any more" in r.getMessage()]
+    assert len(gone) == 1
+    fake_k8s.add_service("orders", {"app": "orders"})
+    eventually(lambda: m.members() == tuple(sorted(pods)), what="the Service back")

@@ -144,6 +144,7 @@ class SliceView:
         self._terminating: Counter[str] = Counter()  # slices in which it is terminating
         self._members = SortedMembers()
         self._logged: set[str] = set()
+        self._empty_warned = False
         self.resource_version = ""
 
     @property
@@ -180,6 +181,7 @@ class SliceView:
             self._slices, self._serving, self._terminating = parsed, serving, terminating
             self.resource_version = resource_version
             self._members.replace(n for n in serving if not terminating[n])
+            self._check_empty()
 
     def apply(self, event_type: str, obj: Mapping[str, Any]) -> None:
         """Apply one watch event (ADDED, MODIFIED, DELETED) for one slice."""
@@ -216,17 +218,22 @@ class SliceView:
                         del self._serving[member]
                     if not self._terminating[member]:
                         del self._terminating[member]
-            if not self._slices:
-                self._warn_once(
-                    f"no slices: every EndpointSlice of Service {self.service!r} is gone (the "
-                    "Service was deleted, or lost its selector): no members until they return",
-                    None)
+            self._check_empty()
 
     def bookmark(self, resource_version: str) -> None:
         """Remember a BOOKMARK's resourceVersion (where the next watch resumes)."""
         with self._lock:
             if resource_version:
                 self.resource_version = resource_version
+
+    def _check_empty(self) -> None:
+        """Warn once each time the Service loses its last slice."""
+        if self._slices:
+            self._empty_warned = False
+        elif not self._empty_warned:
+            self._empty_warned = True
+            log.warning("Service %r has no EndpointSlices any more (deleted, or it lost its "
+                        "selector): no members until they return", self.service)
 
     def _count(self, state: int | None, delta: int, name: str) -> None:
         if state == MEMBER:
