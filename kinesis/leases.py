@@ -33,8 +33,10 @@ skipped by :meth:`scan`; no method ever writes a row it could not parse.
 
 from __future__ import annotations
 
+import functools
 import logging
 import re
+import threading
 import uuid
 from collections.abc import Callable, Iterable, Mapping
 from datetime import UTC, datetime
@@ -369,14 +371,57 @@ class LeaseTable:
                         leases[key] = m.lease_from_item(item)
                 except CorruptLeaseError as exc:
                     corrupt[exc.key] = exc.reason
-                    if self._reported_corrupt.get(exc.key) != exc.reason:
-                        self._reported_corrupt[exc.key] = exc.reason
-                        log.error("%s (skipped)", exc)
+                    self._report_corrupt(exc)
             last = page.get("LastEvaluatedKey")
             if not last:
                 break
             kwargs["ExclusiveStartKey"] = last
         return TableSnapshot(leases, members, corrupt, self.clock())
+
+    def get_many(self, keys: Iterable[str], *, consistent: bool = False) -> dict[str, Lease | None]:
+        """Read the rows of ``keys`` (BatchGetItem, 100 keys a request, unprocessed keys
+        retried with backoff): key -> lease, or ``None`` when there is no row. Corrupt rows are
+        reported like :meth:`scan` does and left out. Eventually consistent by default: a
+        stale row can only cost time, never safety, because every write is conditional on
+        what it read."""
+        wanted = sorted({check_lease_key(k) for k in keys})
+        found: dict[str, Lease | None] = dict.fromkeys(wanted)
+        for start in range(0, len(wanted), 100):
+            pending: dict[str, Any] = {
+                self.table_name: {
+                    "Keys": [{m.KEY: {"S": k}} for k in wanted[start : start + 100]],
+                    "ConsistentRead": consistent,
+                }
+            }
+            for attempt in range(self.retry_attempts * 4):
+                response = self._retrying(functools.partial(self.client.batch_get_item, RequestItems=pending))
+                for item in response.get("Responses", {}).get(self.table_name, []):
+                    try:
+                        lease = m.lease_from_item(item)
+                    except CorruptLeaseError as exc:
+                        found.pop(exc.key, None)
+                        self._report_corrupt(exc)
+                        continue
+                    found[lease.key] = lease
+                pending = response.get("UnprocessedKeys") or {}
+                if not pending:
+                    break
+                self.clock_sleep(min(self.retry_max_wait, 0.01 * 2**attempt))
+            else:
+                raise LeaseTableUnavailableError(
+                    f"lease table {self.table_name!r}: BatchGetItem left keys unprocessed after "
+                    f"{self.retry_attempts * 4} attempts (throttled): raise the table's read capacity"
+                )
+        return found
+
+    def clock_sleep(self, seconds: float) -> None:
+        """Wait between retries of unprocessed keys (real time)."""
+        threading.Event().wait(seconds)
+
+    def _report_corrupt(self, exc: CorruptLeaseError) -> None:
+        if self._reported_corrupt.get(exc.key) != exc.reason:
+            self._reported_corrupt[exc.key] = exc.reason
+            log.error("%s (skipped)", exc)
 
     def list_leases(self) -> list[Lease]:
         """Every parseable lease, sorted by key."""

@@ -640,3 +640,41 @@ def test_a_condition_failed_on_someone_elses_write_is_still_lease_lost(proxied_t
     proxy.queue("UpdateItem", Fault("applied_then_error"))
     with pytest.raises(LeaseLostError):
         table.renew(lease)
+
+
+# --- reading many rows at once -----------------------------------------------------------------
+
+
+def test_get_many_reads_in_batches_of_100_and_marks_missing_rows(aws: LocalAWS) -> None:
+    table = open_table(aws)
+    faults = DynamoFaults(table)
+    for i in range(0, 250, 2):
+        assert table.create_lease_if_absent(f"k-{i:03d}", owner="a" if i % 4 else None) is not None
+    got = table.get_many(f"k-{i:03d}" for i in range(250))
+    assert len(got) == 250 and faults.requests["BatchGetItem"] == 3
+    assert all((got[f"k-{i:03d}"] is None) == (i % 2 == 1) for i in range(250))
+    lease = got["k-002"]
+    assert lease is not None and lease.owner == "a" and lease.counter == 1
+    with pytest.raises(InvalidLeaseKeyError):
+        table.get_many(["__member__#x"])
+
+
+def test_get_many_retries_unprocessed_keys_and_skips_corrupt_rows(aws: LocalAWS) -> None:
+    table = open_table(aws)
+    for key in ("a", "b", "c"):
+        table.create_lease_if_absent(key)
+    table.client.put_item(TableName=TABLE, Item={"leaseKey": {"S": "bad"}, "leaseCounter": {"S": "x"}})
+    throttled = {"times": 1}
+
+    def unprocess(parsed: dict[str, Any], **_: Any) -> None:
+        if throttled["times"] and parsed.get("Responses", {}).get(TABLE):
+            throttled["times"] -= 1
+            moved = parsed["Responses"][TABLE][:2]
+            parsed["Responses"][TABLE] = parsed["Responses"][TABLE][2:]
+            parsed["UnprocessedKeys"] = {TABLE: {"Keys": [{"leaseKey": i["leaseKey"]} for i in moved]}}
+
+    table.client.meta.events.register("after-call.dynamodb.BatchGetItem", unprocess)
+    table.clock_sleep = lambda seconds: None  # type: ignore[method-assign]
+    got = table.get_many(["a", "b", "c", "bad", "none"], consistent=True)
+    assert sorted(k for k, v in got.items() if v is not None) == ["a", "b", "c"]
+    assert "bad" not in got and got["none"] is None and throttled["times"] == 0
