@@ -104,6 +104,7 @@ from kinesis.lease_listener import (
 )
 from kinesis.lease_listener import completion_done as _done
 from kinesis.lease_model import TRIM_HORIZON, Checkpoint, Lease, TableSnapshot, check_lease_key
+from kinesis.lease_timing import LeaseTiming
 from kinesis.leases import LeaseTable
 from kinesis.membership import DynamoDBMembership
 
@@ -201,7 +202,7 @@ class LeaseCoordinator:
         resources: ResourceProvider | Iterable[str],
         listener: LeaseListener | None = None,
         *,
-        lease_duration: float = 10.0,
+        lease_duration: float | None = None,
         tick_interval: float | None = None,
         scan_interval: float | None = None,
         max_concurrent_handoffs: int = 2,
@@ -215,6 +216,7 @@ class LeaseCoordinator:
         warmup_ticks: int | None = None,
         write_threads: int = 8,
         adopt_timeout: float | None = None,
+        timing: LeaseTiming | None = None,
         clock: Clock = MONOTONIC,
     ):
         if not isinstance(table, LeaseTable):
@@ -223,24 +225,6 @@ class LeaseCoordinator:
             raise ConfigurationError(
                 f"membership must implement hashring.Membership (members(), self_id, version), "
                 f"got {type(membership).__name__}"
-            )
-        self.lease_duration = _seconds("lease_duration", lease_duration)
-        self.tick_interval = _seconds(
-            "tick_interval", tick_interval if tick_interval is not None else self.lease_duration / 3
-        )
-        if self.tick_interval * 2 > self.lease_duration:
-            raise ConfigurationError(
-                f"tick_interval ({self.tick_interval:g} s) must be at most half of lease_duration "
-                f"({self.lease_duration:g} s): leases are renewed once per tick and must be "
-                "renewed at least twice per lease duration (default: lease_duration / 3)"
-            )
-        self.scan_interval = _seconds(
-            "scan_interval", scan_interval if scan_interval is not None else self.tick_interval / 3
-        )
-        if self.scan_interval > self.tick_interval:
-            raise ConfigurationError(
-                f"scan_interval ({self.scan_interval:g} s) must be at most tick_interval "
-                f"({self.tick_interval:g} s); set it to tick_interval to scan on ticks only"
             )
         if isinstance(write_threads, bool) or not isinstance(write_threads, int) or write_threads < 1:
             raise ConfigurationError(f"write_threads must be an int >= 1, got {write_threads!r}")
@@ -254,24 +238,27 @@ class LeaseCoordinator:
                 f"max_concurrent_handoffs must be an int >= 1, got {max_concurrent_handoffs!r}"
             )
         self.replicas = check_replicas(replicas)
-        self.backup_grace = _seconds(
-            "backup_grace", backup_grace if backup_grace is not None else self.lease_duration
-        )
-        default_orphan = self.lease_duration + (self.replicas + 1) * self.backup_grace
-        self.orphan_timeout = _seconds(
-            "orphan_timeout", orphan_timeout if orphan_timeout is not None else default_orphan
-        )
-        if self.orphan_timeout < self.lease_duration:
+        given = {
+            "tick_interval": tick_interval, "scan_interval": scan_interval, "backup_grace": backup_grace,
+            "orphan_timeout": orphan_timeout, "handoff_timeout": handoff_timeout, "adopt_timeout": adopt_timeout,
+        }
+        if timing is None:
+            timing = LeaseTiming.of(10.0 if lease_duration is None else lease_duration,
+                                    replicas=self.replicas, **given)
+        elif not isinstance(timing, LeaseTiming):
+            raise ConfigurationError(f"timing must be a LeaseTiming, got {type(timing).__name__}")
+        elif any(v is not None for v in given.values()) or lease_duration is not None:
             raise ConfigurationError(
-                f"orphan_timeout ({self.orphan_timeout:g} s) must be >= lease_duration "
-                f"({self.lease_duration:g} s): a lease cannot be orphaned before it expires"
+                "pass either timing= or the durations (lease_duration, tick_interval, ...), not both"
             )
-        self.handoff_timeout = _seconds(
-            "handoff_timeout", handoff_timeout if handoff_timeout is not None else self.lease_duration
-        )
-        self.adopt_timeout = _seconds(
-            "adopt_timeout", adopt_timeout if adopt_timeout is not None else self.tick_interval
-        )
+        self.timing = timing
+        self.lease_duration = timing.lease_duration
+        self.tick_interval = timing.tick_interval
+        self.scan_interval = timing.scan_interval
+        self.backup_grace = timing.backup_grace
+        self.orphan_timeout = timing.orphan_timeout
+        self.handoff_timeout = timing.handoff_timeout
+        self.adopt_timeout = timing.adopt_timeout
         if weights is not None:
             if not isinstance(weights, Mapping):
                 raise ConfigurationError(f"weights must be a mapping of member -> weight, got {weights!r}")
@@ -1119,9 +1106,3 @@ def _raise_first(results: list[Any]) -> None:
             raise r
 _COMPLETION_POLL = 0.05  # seconds between looks at pending hand-off completions (local state)
 _EXPIRY_MARGIN = 0.005  # run the expiry round just after the expiry, not just before it
-
-
-def _seconds(name: str, value: object) -> float:
-    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value) or value <= 0:
-        raise ConfigurationError(f"{name} must be a finite number of seconds > 0, got {value!r}")
-    return float(value)

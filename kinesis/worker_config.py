@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kinesis.errors import ConfigurationError
+from kinesis.lease_timing import LeaseTiming
 from kinesis.positions import InitialPosition
 from kinesis.processing_failures import ProcessorRetryPolicy
 from kinesis.processor import RecordProcessor
@@ -151,7 +152,9 @@ class WorkerConfig:
     (default ``lease_duration / 3``), ``scan_interval`` (light rounds between ticks that find
     hand-offs, newcomers and expiries sooner; default ``tick_interval / 3``, one scan request
     each), ``replicas`` backups per lease, ``backup_grace``,
-    ``orphan_timeout``, ``handoff_timeout``, ``max_concurrent_handoffs``.
+    ``orphan_timeout``, ``handoff_timeout``, ``adopt_timeout``, ``max_concurrent_handoffs``;
+    validated once into :attr:`timing` (a :class:`~kinesis.lease_timing.LeaseTiming`), which
+    the coordinator takes as it is.
 
     ``member_timeout`` only applies to the :class:`~kinesis.membership.DynamoDBMembership`
     the worker builds when none is given (default ``2 * lease_duration``: a crashed member's
@@ -190,6 +193,7 @@ class WorkerConfig:
     backup_grace: float | None = None
     orphan_timeout: float | None = None
     handoff_timeout: float | None = None
+    adopt_timeout: float | None = None
     member_timeout: float | None = None
     shutdown_grace: float = 20.0
     max_records: int = 10000
@@ -202,6 +206,7 @@ class WorkerConfig:
     liveness_timeout: float | None = None
     readiness_timeout: float | None = None
     processor_retry: ProcessorRetryPolicy = field(default_factory=ProcessorRetryPolicy)
+    _timing: LeaseTiming = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         if not isinstance(self.table_name, str) or not _TABLE_NAME.fullmatch(self.table_name):
@@ -234,21 +239,19 @@ class WorkerConfig:
                 f"worker_id must be a non-empty string without whitespace or '/', not starting "
                 f"with '__' (e.g. the pod name), got {self.worker_id!r}"
             )
-        lease = _seconds("lease_duration", self.lease_duration)
-        assert lease is not None
-        tick = _seconds("tick_interval", self.tick_interval, allow_none=True)
-        if tick is not None and tick * 2 > lease:
-            raise ConfigurationError(
-                f"tick_interval ({tick:g} s) must be at most half of lease_duration ({lease:g} s)"
-            )
-        scan = _seconds("scan_interval", self.scan_interval, allow_none=True)
-        if scan is not None and scan > self.effective_tick_interval:
-            raise ConfigurationError(
-                f"scan_interval ({scan:g} s) must be at most the tick interval "
-                f"({self.effective_tick_interval:g} s)"
-            )
-        for name in ("backup_grace", "orphan_timeout", "handoff_timeout", "member_timeout", "liveness_timeout",
-                     "readiness_timeout"):
+        _positive_int("replicas", self.replicas, lo=0)
+        timing = LeaseTiming.of(
+            self.lease_duration,
+            tick_interval=self.tick_interval,
+            scan_interval=self.scan_interval,
+            backup_grace=self.backup_grace,
+            orphan_timeout=self.orphan_timeout,
+            handoff_timeout=self.handoff_timeout,
+            adopt_timeout=self.adopt_timeout,
+            replicas=self.replicas,
+        )
+        object.__setattr__(self, "_timing", timing)
+        for name in ("member_timeout", "liveness_timeout", "readiness_timeout"):
             _seconds(name, getattr(self, name), allow_none=True)
         _seconds("shutdown_grace", self.shutdown_grace)
         _seconds("shard_sync_interval", self.shard_sync_interval)
@@ -260,7 +263,6 @@ class WorkerConfig:
             raise ConfigurationError(
                 f"processor_retry must be a kinesis.ProcessorRetryPolicy, got {self.processor_retry!r}"
             )
-        _positive_int("replicas", self.replicas, lo=0)
         _positive_int("max_concurrent_handoffs", self.max_concurrent_handoffs)
         _positive_int("max_records", self.max_records, hi=10000)
         _positive_int("kinesis_retry_attempts", self.kinesis_retry_attempts, hi=100)
@@ -275,9 +277,14 @@ class WorkerConfig:
             )
 
     @property
+    def timing(self) -> LeaseTiming:
+        """Every lease-loop duration, validated, with defaults filled in."""
+        return self._timing
+
+    @property
     def effective_tick_interval(self) -> float:
         """``tick_interval``, or ``lease_duration / 3`` when unset."""
-        return float(self.tick_interval) if self.tick_interval is not None else self.lease_duration / 3
+        return self._timing.tick_interval
 
     @property
     def effective_member_timeout(self) -> float:
@@ -306,12 +313,7 @@ class WorkerConfig:
     def coordinator_kwargs(self) -> dict[str, Any]:
         """The :class:`~kinesis.coordinator.LeaseCoordinator` keyword arguments."""
         return {
-            "lease_duration": self.lease_duration,
-            "tick_interval": self.tick_interval,
-            "scan_interval": self.scan_interval,
+            "timing": self._timing,
             "replicas": self.replicas,
             "max_concurrent_handoffs": self.max_concurrent_handoffs,
-            "backup_grace": self.backup_grace,
-            "orphan_timeout": self.orphan_timeout,
-            "handoff_timeout": self.handoff_timeout,
         }

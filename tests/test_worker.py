@@ -63,7 +63,7 @@ def stream_config(**kw: Any) -> StreamConfig:
         ({"lease_duration": 0}, "lease_duration"),
         ({"lease_duration": float("nan")}, "lease_duration"),
         ({"lease_duration": 3, "tick_interval": 2}, "at most half"),
-        ({"lease_duration": 9, "scan_interval": 4}, "scan_interval .* at most the tick interval"),
+        ({"lease_duration": 9, "scan_interval": 4}, "scan_interval .* at most tick_interval"),
         ({"lease_duration": 9, "scan_interval": 0}, "scan_interval"),
         ({"replicas": -1}, "replicas"),
         ({"max_concurrent_handoffs": 0}, "max_concurrent_handoffs"),

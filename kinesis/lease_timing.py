@@ -1,0 +1,92 @@
+"""``LeaseTiming``: every duration of the lease loop, with its defaults and rules, in one place.
+
+:class:`~kinesis.worker_config.WorkerConfig` builds one (``config.timing``) and the
+:class:`~kinesis.coordinator.LeaseCoordinator` takes it (or builds one from its keyword
+arguments), so each rule is written and checked once. All values are seconds.
+
+================== ======================================= =====================================
+``lease_duration`` a lease unchanged this long is expired    10 (KCL's failover time)
+``tick_interval``  renewals (at least twice per lease)      ``lease_duration / 3``
+``scan_interval``  light rounds between ticks               ``tick_interval / 3``
+``backup_grace``   extra wait of each further backup        ``lease_duration``
+``orphan_timeout`` after this any member may take a lease   ``lease_duration + (replicas+1) * backup_grace``
+``handoff_timeout`` log a listener slower than this         ``lease_duration``
+``adopt_timeout``  an unadopted hand-off is withdrawn       ``tick_interval``
+================== ======================================= =====================================
+
+A holder treats its lease as valid until ``lease_duration - tick_interval`` after it sent its
+last successful write (:attr:`validity`), so it stops before any observer can see it expire.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from kinesis.errors import ConfigurationError
+
+
+def seconds(name: str, value: object) -> float:
+    """``value`` as seconds, or a :class:`ConfigurationError` naming ``name``."""
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value) or value <= 0:
+        raise ConfigurationError(f"{name} must be a finite number of seconds > 0, got {value!r}")
+    return float(value)
+
+
+@dataclass(frozen=True)
+class LeaseTiming:
+    """The validated durations of one lease loop (see the module docs); build with :meth:`of`."""
+
+    lease_duration: float
+    tick_interval: float
+    scan_interval: float
+    backup_grace: float
+    orphan_timeout: float
+    handoff_timeout: float
+    adopt_timeout: float
+
+    @classmethod
+    def of(
+        cls,
+        lease_duration: float = 10.0,
+        *,
+        tick_interval: float | None = None,
+        scan_interval: float | None = None,
+        backup_grace: float | None = None,
+        orphan_timeout: float | None = None,
+        handoff_timeout: float | None = None,
+        adopt_timeout: float | None = None,
+        replicas: int = 1,
+    ) -> LeaseTiming:
+        """Fill in the defaults and check every rule (a ConfigurationError names the field)."""
+        lease = seconds("lease_duration", lease_duration)
+        tick = seconds("tick_interval", tick_interval if tick_interval is not None else lease / 3)
+        if tick * 2 > lease:
+            raise ConfigurationError(
+                f"tick_interval ({tick:g} s) must be at most half of lease_duration ({lease:g} s): "
+                "leases are renewed once per tick and must be renewed at least twice per lease "
+                "duration (default: lease_duration / 3)"
+            )
+        scan = seconds("scan_interval", scan_interval if scan_interval is not None else tick / 3)
+        if scan > tick:
+            raise ConfigurationError(
+                f"scan_interval ({scan:g} s) must be at most tick_interval ({tick:g} s); set it to "
+                "tick_interval to scan on ticks only"
+            )
+        grace = seconds("backup_grace", backup_grace if backup_grace is not None else lease)
+        orphan = seconds(
+            "orphan_timeout", orphan_timeout if orphan_timeout is not None else lease + (replicas + 1) * grace
+        )
+        if orphan < lease:
+            raise ConfigurationError(
+                f"orphan_timeout ({orphan:g} s) must be >= lease_duration ({lease:g} s): a lease "
+                "cannot be orphaned before it expires"
+            )
+        handoff = seconds("handoff_timeout", handoff_timeout if handoff_timeout is not None else lease)
+        adopt = seconds("adopt_timeout", adopt_timeout if adopt_timeout is not None else tick)
+        return cls(lease, tick, scan, grace, orphan, handoff, adopt)
+
+    @property
+    def validity(self) -> float:
+        """How long after sending its last successful write a holder may process."""
+        return self.lease_duration - self.tick_interval
