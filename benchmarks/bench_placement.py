@@ -3,13 +3,14 @@
 Runs the simulator (:mod:`hashring.simulate`) over K in {64, 400, 2000} and N in
 {10, 20, 50}: every scenario (steady, scale-out, scale-in, crash,
 rolling-deploy) for range (Knock), rendezvous, jump, a ketama ring (160 virtual
-nodes) and the balanced planner. Every figure is a ratio to the optimum
+nodes), the balanced planner and ``stable_assignment``. Every figure is a ratio to the optimum
 computed in the same run (the baseline). A second pass repeats steady,
 scale-out and crash over several seeds (other pod names, another crashed pod)
 to show how much a single run's figures depend on the draw.
 
 Writes benchmarks/results/placement.json; exits 1 if the planner breaks the
-issue's bounds (max - min <= 1, moved <= 1.05 x optimum on one join or leave).
+issue's bounds (max - min <= 1, moved <= 1.05 x optimum on one join or leave)
+or ``stable`` is ever unbalanced (max - min > 1).
 
     .venv/bin/python benchmarks/bench_placement.py [--seeds 10] [--plot out.png]
 """
@@ -92,7 +93,7 @@ def sweep_table(sweep: dict[str, Any], seeds: int) -> Table:
         t.add_row(strategy, fmt(m.get("steady_spread")), fmt(m.get("join_moved_fraction"), True),
                   fmt(m.get("join_moved_fraction_cell_means"), True),
                   fmt(m.get("join_moved_over_optimum")), fmt(m.get("crash_moved_over_optimum")),
-                  style="bold green" if strategy == "balanced" else None)
+                  style={"balanced": "bold green", "stable": "green"}.get(strategy))
     return t
 
 
