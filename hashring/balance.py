@@ -78,9 +78,11 @@ class Assignment:
 
     def keys_of(self, member: str) -> list[str]:
         """The keys ``member`` is primary for, sorted."""
-        if not self._by_member:
+        if not self._by_member:  # built aside: a cached plan may be shared between threads
+            built: dict[str, list[str]] = {}
             for key, owners in sorted(self.owners.items()):
-                self._by_member.setdefault(owners[0], []).append(key)
+                built.setdefault(owners[0], []).append(key)
+            self._by_member.update(built)
         return list(self._by_member.get(member, []))
 
     def counts(self) -> dict[str, int]:

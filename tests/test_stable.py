@@ -45,6 +45,8 @@ def test_deterministic_order_independent_and_balanced(
     assert a.owners == b.owners and a.quotas == b.quotas
     assert set(a.owners) == set(keys)
     assert spread(a) <= 1 and sum(a.counts().values()) == len(keys)
+    for m in members:
+        assert a.keys_of(m) == sorted(k for k, o in a.owners.items() if o[0] == m)
     for owners in a.owners.values():
         assert len(owners) == replicas + 1 and len(set(owners)) == len(owners)
         assert set(owners) <= set(members)
