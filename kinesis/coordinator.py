@@ -82,7 +82,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from hashring import Assignment, Membership, plan_assignment
+from hashring import Assignment, Membership, plan_assignment, stable_assignment
 from hashring.errors import MembershipError
 from hashring.validation import check_replicas
 from kinesis.clock import MONOTONIC, Clock
@@ -104,7 +104,7 @@ from kinesis.lease_listener import (
 )
 from kinesis.lease_listener import completion_done as _done
 from kinesis.lease_model import TRIM_HORIZON, Checkpoint, Lease, TableSnapshot, check_lease_key
-from kinesis.lease_timing import LeaseTiming
+from kinesis.lease_timing import LeaseTiming, seconds
 from kinesis.leases import LeaseTable
 from kinesis.membership import DynamoDBMembership
 
@@ -191,6 +191,20 @@ class LeaseCoordinator:
             is suspected (default ``tick_interval``; a live member adopts within a light
             round). Safe at any time: a handed-off lease is processed only after the
             target's adopt write, and the take is conditional on the counter it saw.
+        timing: all the durations above as one :class:`~kinesis.lease_timing.LeaseTiming`
+            (what a WorkerConfig builds); then leave the individual durations unset.
+        reads: ``"scan"`` (default): every round scans the table and plans with
+            :func:`hashring.plan_assignment` from the current owners. ``"scoped"``: no scan
+            in steady state; the plan is :func:`hashring.stable_assignment` of (members,
+            keys) alone, and a round reads (BatchGetItem, eventually consistent) only the
+            rows planned for this member and not held, plus its backup keys every
+            ``backup_check_interval``; a full scan runs at start and every
+            ``sweep_interval``. Needs a membership not fed by the scan (Kubernetes,
+            static); the resource provider sees the last full scan.
+        sweep_interval: scoped reads: the slow safety sweep (default ``10 * lease_duration``).
+        backup_check_interval: scoped reads: how often backup keys are read (default one
+            tick: a crashed holder still listed is taken over one lease duration after its
+            last renewal, plus up to this interval).
         clock: the monotonic clock expiry is measured on (inject a FakeClock in tests;
             :meth:`start` still schedules ticks in real time).
     """
@@ -217,6 +231,9 @@ class LeaseCoordinator:
         write_threads: int = 8,
         adopt_timeout: float | None = None,
         timing: LeaseTiming | None = None,
+        reads: str = "scan",
+        sweep_interval: float | None = None,
+        backup_check_interval: float | None = None,
         clock: Clock = MONOTONIC,
     ):
         if not isinstance(table, LeaseTable):
@@ -251,6 +268,15 @@ class LeaseCoordinator:
             raise ConfigurationError(
                 "pass either timing= or the durations (lease_duration, tick_interval, ...), not both"
             )
+        if reads not in ("scan", "scoped"):
+            raise ConfigurationError(f"reads must be 'scan' or 'scoped', got {reads!r}")
+        self.reads = reads
+        self.sweep_interval = _seconds_or(
+            "sweep_interval", sweep_interval, 10 * timing.lease_duration
+        )
+        self.backup_check_interval = _seconds_or(
+            "backup_check_interval", backup_check_interval, timing.tick_interval
+        )
         self.timing = timing
         self.lease_duration = timing.lease_duration
         self.tick_interval = timing.tick_interval
@@ -302,6 +328,14 @@ class LeaseCoordinator:
                     f"member_timeout ({membership.member_timeout:g} s) must be >= 2 ticks "
                     f"({2 * self.tick_interval:g} s): the coordinator heartbeats once per tick"
                 )
+        if reads == "scoped" and (
+            isinstance(membership, DynamoDBMembership) and membership.table.table_name == table.table_name
+        ):
+            raise ConfigurationError(
+                "reads='scoped' needs a membership that is not read from the lease table's scan "
+                "(KubernetesMembership or StaticMembership): a DynamoDBMembership in the lease "
+                "table is fed by the scan this mode avoids"
+            )
         if warmup_ticks is None:
             warmup_ticks = 1 if self._drive is not None else 0
         if isinstance(warmup_ticks, bool) or not isinstance(warmup_ticks, int) or warmup_ticks < 0:
@@ -335,6 +369,9 @@ class LeaseCoordinator:
         self._stop_result = False
         self._thread: threading.Thread | None = None
         self._ticking: threading.Thread | None = None
+        self._last_full: TableSnapshot | None = None  # the last full scan (scoped reads)
+        self._last_sweep_at = -math.inf
+        self._next_backup_check = -math.inf
         self.last_plan: Assignment | None = None
         """The plan computed on the last tick (None if none could be made)."""
 
@@ -659,7 +696,12 @@ class LeaseCoordinator:
             except KinesisHashRingError as exc:
                 self._count("membership_errors")
                 log.warning("%s: heartbeat failed: %s", self.member_id, exc)
+        if self.reads == "scoped" and self.clock() - self._last_sweep_at < self.sweep_interval:
+            self._scoped_round(full=full)
+            return
         snapshot = self.table.scan()
+        self._last_full = snapshot
+        self._last_sweep_at = self.clock()
         self._last_table_read_at = self.clock()
         self._last_error = None
         if self._drive is not None:
@@ -696,6 +738,56 @@ class LeaseCoordinator:
         if ready and plan is not None and self._ticks >= self.warmup_ticks:
             self._take(plan, keys, snapshot, now)
         self._handoffs(plan, keys, snapshot, now)
+
+    def _scoped_round(self, *, full: bool) -> None:
+        """A round without a scan: plan from (members, keys) alone, then read only the rows
+        that can change a decision of this member (planned for it but not held; its backup
+        keys every ``backup_check_interval``), eventually consistent (every write is
+        conditional on what it read, so a stale row costs time, never safety)."""
+        assert self._last_full is not None
+        try:
+            version = self.membership.version
+            listed = self.membership.members()
+        except MembershipError as exc:
+            self._count("membership_errors")
+            self._last_error = f"{type(exc).__name__}: {exc}"
+            log.warning("%s: no member list (%s); only renewing this round", self.member_id, exc)
+            return
+        self._last_membership_at = self.clock()
+        if version != self._membership_version:
+            self._membership_version = version
+            with self._lock:
+                self._probation.update(self._suspects)
+                self._suspects.clear()
+        keys = self._plannable(self._last_full)
+        ready = self.member_id in listed and not self._stopping
+        members = [m for m in listed if m not in self._suspects and (m != self.member_id or ready)]
+        if ready and self.member_id not in members:
+            members.append(self.member_id)
+        plan = self._plan(members, keys, self._last_full)
+        self.last_plan = plan
+        now = self.clock()
+        with self._lock:
+            held = set(self._held)
+        wanted: set[str] = set()
+        if plan is not None:
+            wanted = {k for k in keys if plan.owner(k) == self.member_id and k not in held}
+            if now >= self._next_backup_check:
+                self._next_backup_check = now + self.backup_check_interval
+                wanted |= {k for k in keys if self.member_id in plan.backups(k) and k not in held}
+        if not wanted and full and keys and not held:
+            wanted = {keys[0]}  # one cheap read per tick: proof the table is reachable
+        rows = self.table.get_many(wanted) if wanted else {}
+        if rows or held:
+            self._last_table_read_at = self.clock()
+            self._last_error = None
+        fresh = TableSnapshot({k: v for k, v in rows.items() if v is not None}, {}, {}, now)
+        active = self._observe(fresh, now, partial=True)
+        self._update_suspects(fresh, active, now)
+        self._adopt(fresh)
+        if ready and plan is not None and self._ticks >= self.warmup_ticks:
+            self._take(plan, sorted(wanted), fresh, now)
+        self._handoffs(plan, keys, fresh, now)
 
     def _adopt(self, snapshot: TableSnapshot) -> None:
         """Adopt every lease handed off to this member (also when not planned or stopping:
@@ -787,8 +879,12 @@ class LeaseCoordinator:
             if h.started and (h.handoff is None or not _done(h.handoff.completion)):
                 self._call_listener("on_lease_lost", h.lease)
 
-    def _observe(self, snapshot: TableSnapshot, now: float) -> set[str]:
-        """Track when each row's counter last changed; return members seen writing."""
+    def _observe(self, snapshot: TableSnapshot, now: float, *, partial: bool = False) -> set[str]:
+        """Track when each row's counter last changed; return members seen writing.
+
+        ``partial``: the snapshot holds only some rows (scoped reads); timers of rows it
+        does not hold are kept (an unchanged (owner, counter) pair seen again later means
+        no write happened in between: counters only grow)."""
         active: set[str] = set()
         with self._lock:
             for key, lease in snapshot.leases.items():
@@ -797,8 +893,9 @@ class LeaseCoordinator:
                     self._seen[key] = _Seen(lease.counter, lease.owner, now)
                     if seen is not None and lease.owner is not None and lease.handed_off_by is None:
                         active.add(lease.owner)
-            for key in [k for k, s in self._seen.items() if k not in snapshot.leases and s.counter is not None]:
-                del self._seen[key]
+            if not partial:
+                for key in [k for k, s in self._seen.items() if k not in snapshot.leases and s.counter is not None]:
+                    del self._seen[key]
         return active
 
     def _update_suspects(self, snapshot: TableSnapshot, active: set[str], now: float) -> None:
@@ -865,13 +962,10 @@ class LeaseCoordinator:
         weights = None
         if self.weights is not None:
             weights = {m: self.weights.get(m, 1.0) for m in members}
-        return plan_assignment(
-            members,
-            keys,
-            current_owners=current,
-            weights=weights,
-            replicas=min(self.replicas, len(members) - 1),
-        )
+        replicas = min(self.replicas, len(members) - 1)
+        if self.reads == "scoped":  # a function of (members, keys) alone: no full read needed
+            return stable_assignment(members, keys, weights=weights, replicas=replicas)
+        return plan_assignment(members, keys, current_owners=current, weights=weights, replicas=replicas)
 
     def _take(self, plan: Assignment, keys: list[str], snapshot: TableSnapshot, now: float) -> None:
         me = self.member_id
@@ -1106,3 +1200,7 @@ def _raise_first(results: list[Any]) -> None:
             raise r
 _COMPLETION_POLL = 0.05  # seconds between looks at pending hand-off completions (local state)
 _EXPIRY_MARGIN = 0.005  # run the expiry round just after the expiry, not just before it
+
+
+def _seconds_or(name: str, value: float | None, default: float) -> float:
+    return default if value is None else seconds(name, value)

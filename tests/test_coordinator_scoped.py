@@ -1,0 +1,139 @@
+"""LeaseCoordinator with ``reads="scoped"``: no scan in steady state, same safety.
+
+The plan is ``stable_assignment(members, keys)``; a round reads only the rows planned for the
+member and not held, and its backup keys every ``backup_check_interval``. Driven tick by tick
+on a FakeClock against moto (tests/coordinator_fleet.py), with ``Fleet.check()`` after every
+tick: no key held by two members at once, no two listeners processing one key.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Any
+
+import pytest
+
+from hashring import StaticMembership, stable_assignment
+from kinesis.coordinator import LeaseCoordinator
+from kinesis.errors import ConfigurationError
+from kinesis.leases import LeaseTable
+from kinesis.membership import DynamoDBMembership
+from kinesis.testing import LocalAWS
+from tests.coordinator_fleet import Fleet
+
+KEYS = [f"queue-{i:02d}" for i in range(24)]
+
+
+class CountedFleet(Fleet):
+    """A fleet whose members' DynamoDB calls are counted by operation."""
+
+    def __init__(self, aws: LocalAWS, keys: list[str], members: list[str], **kwargs: Any):
+        self.calls: Counter[str] = Counter()
+        client = aws.client("dynamodb")
+
+        def count(model: Any, **_: Any) -> None:
+            self.calls[model.name] += 1
+
+        client.meta.events.register("before-call.dynamodb", count)
+        super().__init__(LeaseTable.open(client, "scoped-test"), keys, members, reads="scoped", **kwargs)
+
+
+def spread(counts: dict[str, int]) -> int:
+    return max(counts.values()) - min(counts.values())
+
+
+def test_balanced_by_the_stable_plan_and_no_scan_in_steady_state(aws: LocalAWS) -> None:
+    fleet = CountedFleet(aws, KEYS, ["a", "b", "c"])
+    fleet.round()  # the start-up sweep (one scan each) and the first takes
+    fleet.round()
+    assert fleet.counts() == {"a": 8, "b": 8, "c": 8}
+    plan = stable_assignment(["a", "b", "c"], KEYS, replicas=1)
+    assert fleet.table_owners() == {k: plan.owner(k) for k in KEYS}
+    scans = fleet.calls["Scan"]
+    for _ in range(int(5 * fleet.lease_duration / fleet.tick_interval)):  # 5 lease durations
+        fleet.round()
+    assert fleet.calls["Scan"] == scans  # steady state: no scan (the sweep is every 10 D)
+    assert fleet.counter("handoffs") == 0 and fleet.counter("takeovers") == 0
+
+
+def test_a_slow_sweep_still_runs(aws: LocalAWS) -> None:
+    fleet = CountedFleet(aws, KEYS[:6], ["a", "b"], sweep_interval=6.0)
+    fleet.round()
+    scans = fleet.calls["Scan"]
+    for _ in range(int(6.0 / fleet.tick_interval)):
+        fleet.round()
+    assert fleet.calls["Scan"] == scans + 2  # one per member per sweep interval
+
+
+def test_scale_out_hands_off_to_the_newcomer_without_overlap(aws: LocalAWS) -> None:
+    fleet = CountedFleet(aws, KEYS, ["a", "b", "c"])
+    fleet.round()
+    fleet.round()
+    fleet.add("d")
+    rounds = 0
+    while spread(fleet.counts()) > 1 or sum(fleet.counts().values()) != len(KEYS):
+        fleet.round()
+        rounds += 1
+        assert rounds <= 10, fleet.counts()
+    assert fleet.counts() == {"a": 6, "b": 6, "c": 6, "d": 6}
+    assert fleet.counter("takeovers") == 0  # every move was a graceful hand-off
+    # moves within 1.5x the optimum (the newcomer's quota)
+    assert fleet.counter("handoffs") <= 1.5 * 6
+
+
+def test_a_crashed_member_is_taken_over_by_its_backups_after_one_lease_duration(aws: LocalAWS) -> None:
+    fleet = CountedFleet(aws, KEYS, ["a", "b", "c"], replicas=1)
+    fleet.round()
+    fleet.round()
+    victim_keys = set(fleet.coordinators["b"].held_keys())
+    fleet.crash("b")  # still listed: only the backups' reads can notice
+    crashed_at = fleet.clock()
+    while any(fleet.table_owners()[k] == "b" for k in victim_keys):
+        fleet.round()
+        assert fleet.clock() - crashed_at <= fleet.lease_duration + 3 * fleet.tick_interval
+    assert fleet.clock() - crashed_at >= fleet.lease_duration
+    assert fleet.counter("takeovers") == len(victim_keys)
+    # b is suspected (all its leases expired) and planned out: a and c even out by hand-offs
+    for _ in range(6):
+        if sum(fleet.counts(["a", "c"]).values()) == len(KEYS) and spread(fleet.counts(["a", "c"])) <= 1:
+            break
+        fleet.round()
+    assert fleet.counts(["a", "c"]) == {"a": 12, "c": 12}
+    assert fleet.coordinators["a"].status().suspects == ("b",)
+
+
+def test_graceful_stop_hands_everything_off(aws: LocalAWS) -> None:
+    fleet = CountedFleet(aws, KEYS, ["a", "b", "c"])
+    fleet.round()
+    fleet.round()
+    leaving = fleet.coordinators["b"]
+    held = set(leaving.held_keys())
+    fleet.sync_membership(["a", "c"])
+    assert leaving.stop(graceful=True, timeout=5) is True
+    for _ in range(3):  # b's leases are adopted at once; a and c may even out by one more hand-off
+        fleet.round(["a", "c"])
+    assert fleet.counts(["a", "c"]) == {"a": 12, "c": 12}
+    assert fleet.counter("takeovers") == 0 and fleet.counter("adopted") >= len(held)
+
+
+def test_a_handoff_to_a_dead_member_is_withdrawn(aws: LocalAWS) -> None:
+    fleet = CountedFleet(aws, KEYS[:12], ["a", "b", "c"], replicas=1)
+    fleet.round()
+    fleet.round()
+    fleet.add("d")
+    fleet.crash("d")  # listed, never runs
+    stalled = Counter[str]()
+    for _ in range(int(4 * fleet.lease_duration / fleet.tick_interval)):
+        fleet.round()
+        for key, owner in fleet.table_owners().items():
+            stalled[key] = stalled[key] + 1 if owner == "d" else 0
+            assert stalled[key] <= 2, (key, stalled)
+    assert fleet.counter("handoffs") >= 1 and fleet.counter("offers_withdrawn") >= 1
+
+
+def test_scoped_reads_refuse_a_membership_fed_by_the_scan(aws: LocalAWS) -> None:
+    table = LeaseTable.open(aws.client("dynamodb"), "scoped-test")
+    with pytest.raises(ConfigurationError, match="reads='scoped' needs a membership"):
+        LeaseCoordinator(table, DynamoDBMembership(table, "a"), KEYS, reads="scoped")
+    with pytest.raises(ConfigurationError, match="reads must be 'scan' or 'scoped'"):
+        LeaseCoordinator(table, StaticMembership(["a"], "a"), KEYS, reads="index")
