@@ -82,7 +82,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from hashring import Assignment, Membership, plan_assignment, stable_assignment
+from hashring import Assignment, Membership, owners_of, plan_assignment, stable_assignment
 from hashring.errors import MembershipError
 from hashring.validation import check_replicas
 from kinesis.clock import MONOTONIC, Clock
@@ -198,9 +198,10 @@ class LeaseCoordinator:
             in steady state; the plan is :func:`hashring.stable_assignment` of (members,
             keys) alone, and a round reads (BatchGetItem, eventually consistent) only the
             rows planned for this member and not held, plus its backup keys every
-            ``backup_check_interval``; a full scan runs at start and every
-            ``sweep_interval``. Needs a membership not fed by the scan (Kubernetes,
-            static); the resource provider sees the last full scan.
+            ``backup_check_interval``; a full scan runs at start, and every
+            ``sweep_interval`` on the two owners of a reserved chore key (rendezvous over the
+            members; they also take orphans). Needs a membership not fed by the scan
+            (Kubernetes, static); the resource provider sees the last full scan.
         sweep_interval: scoped reads: the slow safety sweep (default ``10 * lease_duration``).
         backup_check_interval: scoped reads: how often backup keys are read (default one
             tick: a crashed holder still listed is taken over one lease duration after its
@@ -696,7 +697,7 @@ class LeaseCoordinator:
             except KinesisHashRingError as exc:
                 self._count("membership_errors")
                 log.warning("%s: heartbeat failed: %s", self.member_id, exc)
-        if self.reads == "scoped" and self.clock() - self._last_sweep_at < self.sweep_interval:
+        if self.reads == "scoped" and not self._sweep_due():
             self._scoped_round(full=full)
             return
         snapshot = self.table.scan()
@@ -738,6 +739,27 @@ class LeaseCoordinator:
         if ready and plan is not None and self._ticks >= self.warmup_ticks:
             self._take(plan, keys, snapshot, now)
         self._handoffs(plan, keys, snapshot, now)
+
+    def _sweep_due(self) -> bool:
+        """Scoped reads: sweep (scan) at start, then every ``sweep_interval`` only if this
+        member is one of the two owners of the reserved chore key (rendezvous over the
+        members), so the fleet sweeps twice per interval, not once per member."""
+        now = self.clock()
+        if self._last_full is None:
+            return True
+        if now - self._last_sweep_at < self.sweep_interval:
+            return False
+        try:
+            members = self.membership.members()
+        except MembershipError:
+            return False
+        if self.member_id not in members:
+            return False
+        sweepers = owners_of("__chore__", "sweep", members, replicas=min(1, len(members) - 1))
+        if self.member_id in sweepers:
+            return True
+        self._last_sweep_at = now  # not a sweeper now: look again in one interval
+        return False
 
     def _scoped_round(self, *, full: bool) -> None:
         """A round without a scan: plan from (members, keys) alone, then read only the rows
