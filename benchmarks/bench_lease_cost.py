@@ -1,0 +1,434 @@
+"""What the lease loop costs in DynamoDB, measured on moto and modelled at fleet scale.
+
+Two parts:
+
+1. **Measured** (moto server over HTTP, in-process members on a shared fake clock driven by a
+   discrete-event loop, as in ``bench_leases.py``): steady state (no data, no membership
+   change) of ``LeaseCoordinator`` members (StaticMembership, replicas=1, default timing) at
+   200 and 2,000 leases with 20 members, with ``reads="scan"`` (today's default: a scan
+   every round) and ``reads="scoped"`` (no scan in steady state). Every DynamoDB call of every member is
+   counted by operation, with its read and write capacity units computed from the items it
+   returned or wrote (DynamoDB's item-size rules: 4 KB per RCU, a Scan or Query charged
+   on the sum of its items per page, BatchGetItem and GetItem per item; 1 KB per WCU).
+2. **Modelled**: a request-accounting model of the same loop, checked against part 1
+   (requests and RCU within 10%), then run at 1,000 x 100, 10,000 x 1,000 and
+   100,000 x 10,000 next to KCL 3.x's design (a leader scans the table every 20 s,
+   workers query a key-only ``leaseOwner`` index every 10 s; renewals every 10/3 s) and
+   next to the fleet-scale design of issue 10 (no scans in steady state; see
+   ``docs/fleet-scale.md``), all with the same item sizes.
+
+    .venv/bin/python benchmarks/bench_lease_cost.py [--quick]
+
+Writes benchmarks/results/lease_cost.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import logging
+import math
+import platform
+import sys
+import time
+from collections import Counter, defaultdict
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from benchmarks.bench_leases import SCAN, TICK, D, Scheduler  # noqa: E402
+from benchmarks.report import write_json  # noqa: E402
+from hashring import StaticMembership  # noqa: E402
+from kinesis.clock import FakeClock  # noqa: E402
+from kinesis.coordinator import LeaseCoordinator  # noqa: E402
+from kinesis.leases import LeaseTable  # noqa: E402
+from kinesis.testing import LocalAWS  # noqa: E402
+
+RESULTS = ROOT / "benchmarks" / "results" / "lease_cost.json"
+KB = 1024
+RCU_BYTES = 4 * KB
+SCAN_PAGE = 1024 * KB
+
+
+# --- DynamoDB capacity accounting ------------------------------------------------------
+
+
+def attribute_size(value: dict[str, Any]) -> int:
+    """Bytes of one attribute value by DynamoDB's rules (strings UTF-8, numbers ~digits/2+1)."""
+    (kind, v), = value.items()
+    if kind == "S":
+        return len(v.encode())
+    if kind == "N":
+        return (len(v.lstrip("-").replace(".", "").lstrip("0")) + 1) // 2 + 1
+    if kind == "B":
+        return len(v)
+    if kind == "BOOL" or kind == "NULL":
+        return 1
+    if kind in ("SS", "NS", "BS"):
+        return sum(attribute_size({kind[0]: x}) for x in v)
+    if kind == "L":
+        return 3 + sum(attribute_size(x) + 1 for x in v)
+    if kind == "M":
+        return 3 + sum(len(k.encode()) + attribute_size(x) + 1 for k, x in v.items())
+    return 0
+
+
+def item_size(item: dict[str, Any]) -> int:
+    """An item's size: attribute names plus values."""
+    return sum(len(name.encode()) + attribute_size(value) for name, value in item.items())
+
+
+@dataclass
+class Usage:
+    """Requests and capacity units of one member, by operation."""
+
+    requests: Counter[str]
+    rcu: Counter[str]
+    wcu: Counter[str]
+    read_bytes: Counter[str]
+
+    @classmethod
+    def new(cls) -> Usage:
+        return cls(Counter(), Counter(), Counter(), Counter())
+
+
+def charge(usage: Usage, operation: str, params: dict[str, Any], parsed: dict[str, Any]) -> None:
+    """Account one call (strongly consistent reads cost 1 RCU per 4 KB, eventual half)."""
+    usage.requests[operation] += 1
+    factor = 1.0 if params.get("ConsistentRead") else 0.5
+    if operation in ("Scan", "Query"):
+        size = sum(item_size(i) for i in parsed.get("Items", []))
+        usage.read_bytes[operation] += size
+        usage.rcu[operation] += factor * max(1, math.ceil(size / RCU_BYTES))
+    elif operation == "GetItem":
+        size = item_size(parsed.get("Item", {}))
+        usage.read_bytes[operation] += size
+        usage.rcu[operation] += factor * max(1, math.ceil(size / RCU_BYTES))
+    elif operation == "BatchGetItem":
+        for items in parsed.get("Responses", {}).values():
+            for item in items:
+                size = item_size(item)
+                usage.read_bytes[operation] += size
+                usage.rcu[operation] += factor * max(1, math.ceil(size / RCU_BYTES))
+    elif operation in ("PutItem", "UpdateItem", "DeleteItem"):
+        written = params.get("Item") or parsed.get("Attributes") or {}
+        usage.wcu[operation] += max(1, math.ceil(item_size(written) / KB))
+
+
+def metered_table(aws: LocalAWS, name: str, usage: Usage) -> LeaseTable:
+    """A LeaseTable on its own client whose every call is charged to ``usage``."""
+    client = aws.client("dynamodb")
+
+    def keep_params(params: dict[str, Any], context: dict[str, Any], **_: Any) -> None:
+        context["bench_params"] = dict(params)
+
+    def after_call(model: Any, parsed: dict[str, Any], context: dict[str, Any], **_: Any) -> None:
+        charge(usage, model.name, context.get("bench_params", {}), parsed)
+
+    client.meta.events.register("provide-client-params.dynamodb", keep_params)
+    client.meta.events.register("after-call.dynamodb", after_call)
+    return LeaseTable(client, name)
+
+
+# --- part 1: measured on moto -----------------------------------------------------------
+
+
+def measure(aws: LocalAWS, n_keys: int, n_members: int, window: float, reads: str) -> dict[str, Any]:
+    """Steady-state usage per member per minute of the loop with ``reads`` ("scan": today's
+    default; "scoped": no scan in steady state), members listed by a StaticMembership."""
+    name = f"cost-{reads}-{n_keys}-{n_members}-{time.monotonic_ns()}"
+    observer = LeaseTable.open(aws.client("dynamodb"), name)
+    clock = FakeClock(0.0)
+    scheduler = Scheduler(clock)
+    keys = [f"app/orders/shardId-{i:012d}" for i in range(n_keys)]
+    names = [f"member-{i:02d}" for i in range(n_members)]
+    usages = {m: Usage.new() for m in names}
+    coordinators: dict[str, LeaseCoordinator] = {}
+    for i, member in enumerate(names):
+        table = metered_table(aws, name, usages[member])
+        membership = StaticMembership(names, member)
+        coordinator = LeaseCoordinator(table, membership, keys, lease_duration=D, replicas=1, clock=clock,
+                                       reads=reads)
+        coordinators[member] = coordinator
+        phase = i * TICK / n_members
+        scheduler.every(f"{member}/tick", phase, TICK, coordinator.tick)
+        for j in (1, 2):
+            scheduler.every(f"{member}/scan{j}", phase + j * SCAN, TICK, coordinator.refresh)
+
+    def settled() -> bool:
+        counts = [len(c.held_keys()) for c in coordinators.values()]
+        return sum(counts) == n_keys and max(counts) - min(counts) <= 1
+
+    took = scheduler.run_until(settled, 20 * D)
+    if took is None:
+        raise RuntimeError(f"{n_keys} x {n_members} did not settle in 20 lease durations")
+    scheduler.run_until(lambda: False, 2 * D)  # hand-offs finished, rows steady
+    before = {m: (Counter(u.requests), Counter(u.rcu), Counter(u.wcu), Counter(u.read_bytes)) for m, u in usages.items()}
+    scheduler.run_until(lambda: False, window)
+    scale = 60.0 / window
+    per_op: dict[str, dict[str, float]] = defaultdict(lambda: defaultdict(float))
+    for member, usage in usages.items():
+        req0, rcu0, wcu0, bytes0 = before[member]
+        for op in set(usage.requests) | set(req0):
+            per_op[op]["requests"] += (usage.requests[op] - req0[op]) * scale / n_members
+            per_op[op]["rcu"] += (usage.rcu[op] - rcu0[op]) * scale / n_members
+            per_op[op]["wcu"] += (usage.wcu[op] - wcu0[op]) * scale / n_members
+            per_op[op]["read_bytes"] += (usage.read_bytes[op] - bytes0[op]) * scale / n_members
+    rows = observer.scan().leases
+    lease_row = sum(item_size(_raw_item(observer, k)) for k in list(rows)[:20]) / min(20, len(rows))
+    for c in coordinators.values():
+        c.stop(graceful=False)
+    totals = {k: round(sum(v[k] for v in per_op.values()), 1) for k in ("requests", "rcu", "wcu", "read_bytes")}
+    return {
+        "reads": reads,
+        "leases": n_keys,
+        "members": n_members,
+        "window_s": window,
+        "settle_s": round(took, 1),
+        "lease_row_bytes": round(lease_row),
+        "per_member_per_minute": {op: {k: round(x, 1) for k, x in v.items()} for op, v in sorted(per_op.items())},
+        "per_member_per_minute_total": totals,
+        "scans_per_member_per_minute": round(per_op.get("Scan", {}).get("requests", 0.0), 1),
+    }
+
+
+def _raw_item(table: LeaseTable, key: str) -> dict[str, Any]:
+    response = table.client.get_item(TableName=table.table_name, Key={"leaseKey": {"S": key}}, ConsistentRead=True)
+    return dict(response.get("Item", {}))
+
+
+# --- part 2: the model -------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Sizes:
+    lease_row: int = 465  # bytes (measured: part 1 reports it)
+    member_row: int = 150
+    index_entry: int = 100  # KCL 3.x key-only leaseOwner index entry (key + owner)
+    head_row: int = 120  # fleet-scale design: the manifest head row
+    metrics_row: int = 300  # KCL 3.x worker metrics row
+
+
+@dataclass(frozen=True)
+class Cost:
+    """Per second, for the whole fleet."""
+
+    read_requests: float
+    rcu: float
+    write_requests: float
+    wcu: float
+    scans: float
+
+    def per_member(self, n: int) -> dict[str, float]:
+        return {k: v / n for k, v in asdict(self).items()}
+
+
+def _scan_rcu(nbytes: float, consistent: bool) -> tuple[float, float]:
+    """(requests, RCU) of one paginated scan over ``nbytes`` of items."""
+    pages = max(1, math.ceil(nbytes / SCAN_PAGE))
+    rcu = sum(math.ceil(min(SCAN_PAGE, nbytes - p * SCAN_PAGE) / RCU_BYTES) for p in range(pages))
+    return pages, rcu * (1.0 if consistent else 0.5)
+
+
+def _wcu(size: int) -> int:
+    return max(1, math.ceil(size / KB))
+
+
+def model_current(k: int, n: int, s: Sizes = Sizes(), lease: float = D, *, heartbeats: bool = True) -> Cost:
+    """Today's loop: every member scans the whole table (strongly consistent) every round
+    (one tick + two light rounds per tick), renews each lease and (with DynamoDBMembership,
+    the Worker's default) heartbeats every tick."""
+    tick = lease / 3
+    rounds = 3 / tick
+    pages, rcu = _scan_rcu(k * s.lease_row + (n * s.member_row if heartbeats else 0), consistent=True)
+    renew = k / tick
+    heartbeat = n / tick if heartbeats else 0.0
+    return Cost(n * rounds * pages, n * rounds * rcu, renew + heartbeat,
+                renew * _wcu(s.lease_row) + heartbeat * _wcu(s.member_row), n * rounds * pages)
+
+
+def model_kcl3(k: int, n: int, s: Sizes = Sizes(), lease: float = D) -> Cost:
+    """KCL 3.x as documented: a leader (elected through a lock table) scans the lease table
+    (eventually consistent) and the worker-metrics table every 2 x failover time; every
+    worker queries the key-only ``leaseOwner`` index for its own leases every failover
+    time, renews each lease every failover/3 and reports its metrics every 30 s."""
+    assign = 2 * lease
+    pages, rcu = _scan_rcu(k * s.lease_row, consistent=False)
+    mpages, mrcu = _scan_rcu(n * s.metrics_row, consistent=False)
+    own = k / n
+    query_rcu = 0.5 * max(1, math.ceil(own * s.index_entry / RCU_BYTES))
+    renew = k / (lease / 3)
+    metrics = n / 30.0
+    reads = (pages + mpages) / assign + n / lease
+    return Cost(reads, (rcu + mrcu) / assign + n * query_rcu / lease, renew + metrics,
+                renew * _wcu(s.lease_row) + metrics * _wcu(s.metrics_row), (pages + mpages) / assign)
+
+
+def model_scoped(k: int, n: int, s: Sizes = Sizes(), lease: float = D, *,
+                 replicas: int = 1, sweep: float = 10 * D) -> Cost:
+    """``reads="scoped"`` as built now: no scan per round; each member reads its backup keys
+    (BatchGetItem, eventually consistent) every tick; two members sweep the table (one
+    strongly consistent scan each) every ``sweep``; renewals as today; membership outside
+    DynamoDB."""
+    tick = lease / 3
+    backups = replicas * k / n
+    per_item = 0.5 * max(1, math.ceil(s.lease_row / RCU_BYTES))
+    pages, rcu = _scan_rcu(k * s.lease_row, consistent=True)
+    batch = n * math.ceil(backups / 100) / tick
+    renew = k / tick
+    sweepers = min(2, n)
+    return Cost(batch + sweepers * pages / sweep, n * backups * per_item / tick + sweepers * rcu / sweep,
+                renew, renew * _wcu(s.lease_row), sweepers * pages / sweep)
+
+
+def model_fleet_design(k: int, n: int, s: Sizes = Sizes(), lease: float = D, *,
+                       watchers: int = 1, watch_interval: float | None = None, sweep: float = 600.0,
+                       manifest_poll: float = 30.0) -> Cost:
+    """The target design (docs/fleet-scale.md), steady state: no scan per round. Each member
+    renews its leases every tick (writes), polls the manifest head row every
+    ``manifest_poll`` (eventually consistent), and watches ``watchers`` ring neighbours by
+    reading one lease row of each every ``watch_interval`` (default ``lease``); one member
+    per stream runs the shard-sync chore (ListShards, not DynamoDB) and one the slow safety
+    sweep (a full eventually consistent scan every ``sweep`` seconds). Rows shrink to short
+    attribute names (~40% of today's)."""
+    tick = lease / 3
+    row = int(s.lease_row * 0.4)
+    per_item = 0.5 * max(1, math.ceil(row / RCU_BYTES))
+    pages, rcu = _scan_rcu(k * row, consistent=False)
+    head = n / manifest_poll
+    watch = n * watchers / (watch_interval if watch_interval is not None else lease)
+    renew = k / tick
+    reads = head + watch + pages / sweep
+    return Cost(reads, head * 0.5 + watch * per_item + rcu / sweep, renew, renew * _wcu(row), pages / sweep)
+
+
+SCALES = ((1_000, 100), (10_000, 1_000), (100_000, 10_000))
+
+
+def model_table(sizes: Sizes) -> list[dict[str, Any]]:
+    rows = []
+    for k, n in SCALES:
+        costs = {"current": model_current(k, n, sizes), "scoped": model_scoped(k, n, sizes),
+                 "kcl3": model_kcl3(k, n, sizes), "fleet_design": model_fleet_design(k, n, sizes)}
+        rows.append({
+            "leases": k, "members": n,
+            **{name: {"fleet": {f: round(v, 2) for f, v in asdict(c).items()},
+                      "per_member": {f: round(v, 4) for f, v in c.per_member(n).items()}}
+               for name, c in costs.items()},
+            "fleet_rcu_vs_kcl3": {name: round(c.rcu / costs["kcl3"].rcu, 2) for name, c in costs.items()},
+        })
+    return rows
+
+
+# --- report ------------------------------------------------------------------------------
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--quick", action="store_true", help="smaller fleet and window (CI smoke)")
+    parser.add_argument("--model-only", action="store_true",
+                        help="reuse the measured part of the last results file; recompute the model")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.WARNING)
+    logging.getLogger("werkzeug").setLevel(logging.ERROR)
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console(width=150)
+    n_members = 10 if args.quick else 20
+    sizes_measured = (100, 1000) if args.quick else (200, 2000)
+    window = 30.0 if args.quick else 60.0
+    measured: list[dict[str, Any]] = []
+    if args.model_only:
+        previous = json.loads(RESULTS.read_text())
+        measured = previous["measured"]
+        n_members = measured[0]["members"]
+        args.quick = previous["command"].endswith("--quick")
+    with contextlib.ExitStack() if args.model_only else LocalAWS() as aws:
+        for reads in () if args.model_only else ("scan", "scoped"):
+            for n_keys in sizes_measured:
+                started = time.perf_counter()
+                result = measure(aws, n_keys, n_members, window, reads)
+                result["wall_s"] = round(time.perf_counter() - started, 1)
+                measured.append(result)
+                console.print(f"measured {reads} {n_keys} x {n_members} in {result['wall_s']} s")
+    sizes = Sizes(lease_row=measured[0]["lease_row_bytes"])
+    checks = []
+    for m in measured:
+        fn = model_current if m["reads"] == "scan" else model_scoped
+        kwargs: dict[str, Any] = {"heartbeats": False} if m["reads"] == "scan" else {}
+        model = fn(m["leases"], m["members"], sizes, **kwargs).per_member(m["members"])
+        got = m["per_member_per_minute_total"]
+        checks.append({
+            "reads": m["reads"], "leases": m["leases"], "members": m["members"],
+            "requests_measured": got["requests"],
+            "requests_model": round((model["read_requests"] + model["write_requests"]) * 60, 1),
+            "rcu_measured": got["rcu"], "rcu_model": round(model["rcu"] * 60, 1),
+        })
+    for c in checks:
+        c["requests_error"] = round(c["requests_model"] / c["requests_measured"] - 1, 3)
+        c["rcu_error"] = round(c["rcu_model"] / c["rcu_measured"] - 1, 3) if c["rcu_measured"] else None
+    modelled = model_table(sizes)
+
+    t = Table(title=f"Measured on moto: per member per minute, steady state, {n_members} members")
+    for col in ("reads", "leases", "operation", "requests", "RCU", "WCU", "read KB"):
+        t.add_column(col, justify="right")
+    for m in measured:
+        for op, v in m["per_member_per_minute"].items():
+            t.add_row(m["reads"], str(m["leases"]), op, f"{v['requests']:.1f}", f"{v['rcu']:.1f}",
+                      f"{v['wcu']:.1f}", f"{v['read_bytes'] / KB:.1f}")
+    console.print(t)
+    growth = {}
+    for reads in ("scan", "scoped"):
+        small, large = (m for m in measured if m["reads"] == reads)
+        reads_small = small["per_member_per_minute_total"]["requests"] - sum(
+            v["requests"] for op, v in small["per_member_per_minute"].items() if op in ("UpdateItem", "PutItem"))
+        reads_large = large["per_member_per_minute_total"]["requests"] - sum(
+            v["requests"] for op, v in large["per_member_per_minute"].items() if op in ("UpdateItem", "PutItem"))
+        growth[reads] = {
+            "read_requests_ratio": round(reads_large / reads_small, 2) if reads_small else None,
+            "rcu_ratio": round(large["per_member_per_minute_total"]["rcu"] / small["per_member_per_minute_total"]["rcu"], 2),
+            "scans_per_member_per_minute": [small["scans_per_member_per_minute"], large["scans_per_member_per_minute"]],
+        }
+        console.print(f"{reads}: per-member reads at {large['leases']} vs {small['leases']} leases: "
+                      f"{growth[reads]['read_requests_ratio']}x requests, {growth[reads]['rcu_ratio']}x RCU "
+                      f"(issue 10 target <= 1.2x); scans/member/min {growth[reads]['scans_per_member_per_minute']} (target 0)")
+    v = Table(title="Model vs measured (per member per minute)")
+    for col in ("loop, leases", "requests meas.", "requests model", "err", "RCU meas.", "RCU model", "err"):
+        v.add_column(col, justify="right")
+    for c in checks:
+        rcu_err = "-" if c["rcu_error"] is None else f"{c['rcu_error']:+.1%}"
+        v.add_row(f"{c['reads']} {c['leases']}", str(c["requests_measured"]), str(c["requests_model"]),
+                  f"{c['requests_error']:+.1%}", str(c["rcu_measured"]), str(c["rcu_model"]), rcu_err)
+    console.print(v)
+    f = Table(title="Model at fleet scale: fleet RCU/s (WCU/s); reads as a multiple of KCL 3.x's")
+    names = ("current", "scoped", "kcl3", "fleet_design")
+    for col in ("leases x members", "scan (today)", "scoped (built)", "KCL 3.x", "fleet design", "scan/KCL3",
+                "scoped/KCL3", "design/KCL3"):
+        f.add_column(col, justify="right")
+    for r in modelled:
+        f.add_row(f"{r['leases']:,} x {r['members']:,}",
+                  *(f"{r[n]['fleet']['rcu']:,.0f} ({r[n]['fleet']['wcu']:,.0f})" for n in names),
+                  *(f"{r['fleet_rcu_vs_kcl3'][n]:,.2f}" for n in ("current", "scoped", "fleet_design")))
+    console.print(f)
+    write_json(RESULTS, {
+        "machine": platform.platform(),
+        "command": "benchmarks/bench_lease_cost.py" + (" --quick" if args.quick else ""),
+        "lease_duration_s": D,
+        "measured": measured,
+        "model_check": checks,
+        "growth_2000_vs_200": growth,
+        "item_sizes": asdict(sizes),
+        "modelled": modelled,
+    })
+    console.print(f"wrote {RESULTS.relative_to(ROOT)}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
