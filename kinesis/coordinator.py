@@ -371,6 +371,8 @@ class LeaseCoordinator:
         self._thread: threading.Thread | None = None
         self._ticking: threading.Thread | None = None
         self._last_full: TableSnapshot | None = None  # the last full scan (scoped reads)
+        self._plannable_cache: tuple[Any, TableSnapshot, list[str]] | None = None
+        self._mine: tuple[Assignment, frozenset[str], tuple[str, ...], tuple[str, ...]] | None = None
         self._last_sweep_at = -math.inf
         self._next_backup_check = -math.inf
         self.last_plan: Assignment | None = None
@@ -740,6 +742,32 @@ class LeaseCoordinator:
             self._take(plan, keys, snapshot, now)
         self._handoffs(plan, keys, snapshot, now)
 
+    def _members_tuple(self, members: list[str]) -> tuple[str, ...]:
+        """The same tuple object while the members do not change (planner cache hits by identity)."""
+        ordered = tuple(sorted(members))
+        cached = getattr(self, "_members_tuple_cache", None)
+        if cached == ordered:
+            return cached
+        self._members_tuple_cache = ordered
+        return ordered
+
+    def _keys_tuple(self, keys: list[str]) -> tuple[str, ...]:
+        """The same tuple object for the same key list (the planner's cache then hits at once)."""
+        cached = getattr(self, "_keys_tuple_cache", None)
+        if cached is not None and cached[0] is keys:
+            return cached[1]
+        out = tuple(keys)
+        self._keys_tuple_cache = (keys, out, frozenset(out))
+        return out
+
+    def _my_keys(self, plan: Assignment) -> tuple[frozenset[str], tuple[str, ...], tuple[str, ...]]:
+        """(every planned key, my primary keys, my backup keys) of ``plan``, computed once per plan."""
+        if self._mine is None or self._mine[0] is not plan:
+            me = self.member_id
+            backups = tuple(k for k, owners in plan.owners.items() if me in owners[1:])
+            self._mine = (plan, frozenset(plan.owners), tuple(plan.keys_of(me)), backups)
+        return self._mine[1], self._mine[2], self._mine[3]
+
     def _sweep_due(self) -> bool:
         """Scoped reads: sweep (scan) at start, then every ``sweep_interval`` only if this
         member is one of the two owners of the reserved chore key (rendezvous over the
@@ -793,10 +821,11 @@ class LeaseCoordinator:
             held = set(self._held)
         wanted: set[str] = set()
         if plan is not None:
-            wanted = {k for k in keys if plan.owner(k) == self.member_id and k not in held}
+            _, primary, backups = self._my_keys(plan)
+            wanted = {k for k in primary if k not in held}
             if now >= self._next_backup_check:
                 self._next_backup_check = now + self.backup_check_interval
-                wanted |= {k for k in keys if self.member_id in plan.backups(k) and k not in held}
+                wanted.update(k for k in backups if k not in held)
         if not wanted and full and keys and not held:
             wanted = {keys[0]}  # one cheap read per tick: proof the table is reachable
         rows = self.table.get_many(wanted) if wanted else {}
@@ -962,9 +991,18 @@ class LeaseCoordinator:
                     self._probation.add(member)
 
     def _plannable(self, snapshot: TableSnapshot) -> list[str]:
+        listed = self._resources(snapshot)
+        cached = self._plannable_cache
+        if cached is not None and cached[0] is listed and cached[1] is snapshot:
+            return cached[2]  # the same provider answer for the same snapshot: already checked
+        keys = self._check_keys(listed, snapshot)
+        self._plannable_cache = (listed, snapshot, keys)
+        return keys
+
+    def _check_keys(self, listed: Iterable[str], snapshot: TableSnapshot) -> list[str]:
         keys: list[str] = []
         seen: set[str] = set()
-        for key in self._resources(snapshot):
+        for key in listed:
             try:
                 check_lease_key(key)
             except InvalidLeaseKeyError as exc:
@@ -986,7 +1024,8 @@ class LeaseCoordinator:
             weights = {m: self.weights.get(m, 1.0) for m in members}
         replicas = min(self.replicas, len(members) - 1)
         if self.reads == "scoped":  # a function of (members, keys) alone: no full read needed
-            return stable_assignment(members, keys, weights=weights, replicas=replicas)
+            return stable_assignment(self._members_tuple(members), self._keys_tuple(keys), weights=weights,
+                                     replicas=replicas)
         return plan_assignment(members, keys, current_owners=current, weights=weights, replicas=replicas)
 
     def _take(self, plan: Assignment, keys: list[str], snapshot: TableSnapshot, now: float) -> None:
@@ -1082,7 +1121,7 @@ class LeaseCoordinator:
     def _handoffs(
         self, plan: Assignment | None, keys: list[str], snapshot: TableSnapshot, now: float
     ) -> None:
-        plannable = set(keys)
+        plannable = self._mine[1] if self._mine is not None and self._mine[0] is plan else set(keys)
         owners = {lease.owner for lease in snapshot.leases.values()}
         # never hand a lease to a member that lets one of its leases expire
         unhealthy = {
