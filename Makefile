@@ -16,9 +16,21 @@ $(VENV)/.installed: pyproject.toml
 	$(PY) -m pip install -q -e '.[$(EXTRAS)]'
 	touch $@
 
-## The main job: the end-to-end demo.
-demo: venv
+## The main job: the end-to-end demo. Installs only what it needs (the package and moto)
+## unless the full environment of `make test` is already there.
+demo: demo-venv
 	$(PY) examples/demo.py
+
+.PHONY: demo-venv
+demo-venv:
+	@if [ -f $(VENV)/.installed ] && [ $(VENV)/.installed -nt pyproject.toml ]; then :; \
+	else $(MAKE) --no-print-directory $(VENV)/.demo-installed; fi
+
+$(VENV)/.demo-installed: pyproject.toml
+	[ -x $(PY) ] || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q -U pip setuptools wheel
+	$(PY) -m pip install -q -e '.[testing]'
+	touch $@
 
 ## The test suite (the same command CI runs).
 test: venv
