@@ -271,12 +271,13 @@ def model_kcl3(k: int, n: int, s: Sizes = Sizes(), lease: float = D) -> Cost:
 
 def model_scoped(k: int, n: int, s: Sizes = Sizes(), lease: float = D, *,
                  replicas: int = 1, sweep: float = 10 * D) -> Cost:
-    """``reads="scoped"`` as built now: no scan per round; each member reads its backup keys
-    (BatchGetItem, eventually consistent) every tick; two members sweep the table (one
-    strongly consistent scan each) every ``sweep``; renewals as today; membership outside
-    DynamoDB."""
+    """``reads="scoped"`` as built now: no scan per round; each member reads one backup row
+    per holder it backs up (BatchGetItem, eventually consistent) every tick (all of a holder's
+    rows only while it looks stalled); two members sweep the table (one strongly consistent
+    scan each) every ``sweep``; renewals as today; membership outside DynamoDB."""
     tick = lease / 3
-    backups = replicas * k / n
+    backed = replicas * k / n  # backup keys per member, spread over the other members
+    backups = (n - 1) * (1 - (1 - 1 / max(1, n - 1)) ** backed) if n > 1 else 0.0  # distinct holders
     per_item = 0.5 * max(1, math.ceil(s.lease_row / RCU_BYTES))
     pages, rcu = _scan_rcu(k * s.lease_row, consistent=True)
     batch = n * math.ceil(backups / 100) / tick

@@ -197,15 +197,16 @@ class LeaseCoordinator:
             :func:`hashring.plan_assignment` from the current owners. ``"scoped"``: no scan
             in steady state; the plan is :func:`hashring.stable_assignment` of (members,
             keys) alone, and a round reads (BatchGetItem, eventually consistent) only the
-            rows planned for this member and not held, plus its backup keys every
-            ``backup_check_interval``; a full scan runs at start, and every
+            rows planned for this member and not held and, every ``backup_check_interval``,
+            one backup row per holder it backs up (all that holder's rows once the sample stops
+            changing for a tick); a full scan runs at start, and every
             ``sweep_interval`` on the two owners of a reserved chore key (rendezvous over the
             members; they also take orphans). Needs a membership not fed by the scan
             (Kubernetes, static); the resource provider sees the last full scan.
         sweep_interval: scoped reads: the slow safety sweep (default ``10 * lease_duration``).
-        backup_check_interval: scoped reads: how often backup keys are read (default one
-            tick: a crashed holder still listed is taken over one lease duration after its
-            last renewal, plus up to this interval).
+        backup_check_interval: scoped reads: how often backups look at the holders they back
+            up (default one tick: a crashed holder still listed is taken over one lease
+            duration after it is seen stalled, one to two ticks after its last renewal).
         clock: the monotonic clock expiry is measured on (inject a FakeClock in tests;
             :meth:`start` still schedules ticks in real time).
     """
@@ -373,6 +374,8 @@ class LeaseCoordinator:
         self._last_full: TableSnapshot | None = None  # the last full scan (scoped reads)
         self._plannable_cache: tuple[Any, TableSnapshot, list[str]] | None = None
         self._mine: tuple[Assignment, frozenset[str], tuple[str, ...], tuple[str, ...]] | None = None
+        self._backed: tuple[Assignment, dict[str, tuple[str, ...]]] | None = None
+        self._stalled: set[str] = set()  # scoped reads: holders whose sample row stopped changing
         self._last_sweep_at = -math.inf
         self._next_backup_check = -math.inf
         self.last_plan: Assignment | None = None
@@ -768,6 +771,32 @@ class LeaseCoordinator:
             self._mine = (plan, frozenset(plan.owners), tuple(plan.keys_of(me)), backups)
         return self._mine[1], self._mine[2], self._mine[3]
 
+    def _backed_up(self, plan: Assignment) -> dict[str, tuple[str, ...]]:
+        """My backup keys grouped by their planned holder (computed once per plan)."""
+        if self._backed is None or self._backed[0] is not plan:
+            groups: dict[str, list[str]] = {}
+            for key in self._my_keys(plan)[2]:
+                groups.setdefault(plan.owner(key), []).append(key)
+            self._backed = (plan, {h: tuple(sorted(ks)) for h, ks in groups.items()})
+        return self._backed[1]
+
+    def _judge_samples(self, samples: Mapping[str, str], rows: Mapping[str, Lease | None], now: float) -> None:
+        """A holder whose sample row did not change for a tick (or moved away from it) is
+        *stalled*: its other rows backed up here are read from now on, so their expiry is
+        timed; any change seen in one of its rows ends that (see ``_scoped_round``)."""
+        for holder, key in samples.items():
+            lease = rows.get(key)
+            if lease is None or lease.owner != holder:
+                self._stalled.add(holder)
+                continue
+            with self._lock:
+                seen = self._seen.get(key)
+            if seen is not None and seen.counter == lease.counter and seen.owner == lease.owner:
+                if now - seen.since >= self.tick_interval:
+                    self._stalled.add(holder)
+            else:
+                self._stalled.discard(holder)
+
     def _sweep_due(self) -> bool:
         """Scoped reads: sweep (scan) at start, then every ``sweep_interval`` only if this
         member is one of the two owners of the reserved chore key (rendezvous over the
@@ -820,20 +849,28 @@ class LeaseCoordinator:
         with self._lock:
             held = set(self._held)
         wanted: set[str] = set()
+        samples: dict[str, str] = {}  # holder -> the one backup row read to see it is alive
         if plan is not None:
-            _, primary, backups = self._my_keys(plan)
+            _, primary, _ = self._my_keys(plan)
             wanted = {k for k in primary if k not in held}
             if now >= self._next_backup_check:
                 self._next_backup_check = now + self.backup_check_interval
-                wanted.update(k for k in backups if k not in held)
+                for holder, backed in self._backed_up(plan).items():
+                    if holder in self._stalled:  # looks dead: time every row it holds for me
+                        wanted.update(k for k in backed if k not in held)
+                    else:
+                        samples[holder] = backed[0]
+                wanted.update(k for k in samples.values() if k not in held)
         if not wanted and full and keys and not held:
             wanted = {keys[0]}  # one cheap read per tick: proof the table is reachable
         rows = self.table.get_many(wanted) if wanted else {}
         if rows or held:
             self._last_table_read_at = self.clock()
             self._last_error = None
+        self._judge_samples(samples, rows, now)
         fresh = TableSnapshot({k: v for k, v in rows.items() if v is not None}, {}, {}, now)
         active = self._observe(fresh, now, partial=True)
+        self._stalled -= active
         self._update_suspects(fresh, active, now)
         self._adopt(fresh)
         if ready and plan is not None and self._ticks >= self.warmup_ticks:
