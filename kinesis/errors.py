@@ -8,6 +8,17 @@ ACCESS_DENIED_CODES = frozenset({"AccessDeniedException", "AccessDenied", "Unaut
 """AWS error codes that mean the credentials lack an IAM permission (never retried)."""
 
 
+def is_access_denied(exc: BaseException) -> bool:
+    """True for a botocore ``ClientError`` that says the credentials lack a permission: an
+    :data:`ACCESS_DENIED_CODES` code, or HTTP 403 (VPC endpoint policies, some emulators)."""
+    response = getattr(exc, "response", None)
+    if not isinstance(response, dict):
+        return False
+    code = response.get("Error", {}).get("Code")
+    status = response.get("ResponseMetadata", {}).get("HTTPStatusCode")
+    return code in ACCESS_DENIED_CODES or status == 403
+
+
 def access_denied_message(operation: str, target: str, action: str, cause: BaseException) -> str:
     """What was refused and how to fix it: grant ``action`` on ``target``'s ARN."""
     return (

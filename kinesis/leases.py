@@ -56,7 +56,6 @@ from tenacity import (
 from kinesis import lease_model as m
 from kinesis.clock import MONOTONIC, Clock
 from kinesis.errors import (
-    ACCESS_DENIED_CODES,
     CheckpointRegressionError,
     ConfigurationError,
     CorruptLeaseError,
@@ -68,6 +67,7 @@ from kinesis.errors import (
     LeaseTableSchemaError,
     LeaseTableUnavailableError,
     access_denied_message,
+    is_access_denied,
 )
 from kinesis.lease_model import (
     SHARD_END,
@@ -190,7 +190,7 @@ class LeaseTable:
                     f"lease table {self.table_name!r} does not exist: call ensure_table() "
                     "(or LeaseTable.open) first, or check the region and endpoint"
                 ) from exc
-            if code in ACCESS_DENIED_CODES:
+            if is_access_denied(exc):
                 action = f"dynamodb:{exc.operation_name}"
                 target = f"lease table {self.table_name!r}"
                 raise LeaseTableAccessDeniedError(

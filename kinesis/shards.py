@@ -19,13 +19,13 @@ from botocore.exceptions import ClientError
 from cachetools import TTLCache
 
 from kinesis.errors import (
-    ACCESS_DENIED_CODES,
     ConfigurationError,
     KinesisAccessDeniedError,
     KinesisHashRingError,
     StreamNotActiveError,
     StreamNotFoundError,
     access_denied_message,
+    is_access_denied,
 )
 from kinesis.throttling import call_with_retries
 
@@ -98,7 +98,7 @@ def named_client_error(client: Any, stream_name: str, operation: str, exc: Clien
             "being created, deleted or updated: wait until DescribeStreamSummary reports ACTIVE, "
             "or recreate the stream if it was deleted."
         )
-    if code in ACCESS_DENIED_CODES:
+    if is_access_denied(exc):
         action = f"kinesis:{operation}"
         target = f"Kinesis stream {stream_name!r} ({_endpoint_of(client)})"
         return KinesisAccessDeniedError(access_denied_message(operation, target, action, exc), action)
