@@ -4,6 +4,28 @@ from __future__ import annotations
 
 from hashring.errors import ConfigurationError as _HashRingConfigurationError
 
+ACCESS_DENIED_CODES = frozenset({"AccessDeniedException", "AccessDenied", "UnauthorizedOperation"})
+"""AWS error codes that mean the credentials lack an IAM permission (never retried)."""
+
+
+def is_access_denied(exc: BaseException) -> bool:
+    """True for a botocore ``ClientError`` that says the credentials lack a permission: an
+    :data:`ACCESS_DENIED_CODES` code, or HTTP 403 (VPC endpoint policies, some emulators)."""
+    response = getattr(exc, "response", None)
+    if not isinstance(response, dict):
+        return False
+    code = response.get("Error", {}).get("Code")
+    status = response.get("ResponseMetadata", {}).get("HTTPStatusCode")
+    return code in ACCESS_DENIED_CODES or status == 403
+
+
+def access_denied_message(operation: str, target: str, action: str, cause: BaseException) -> str:
+    """What was refused and how to fix it: grant ``action`` on ``target``'s ARN."""
+    return (
+        f"access denied: {operation} on {target}: {cause}. Grant {action} on its ARN to the "
+        "credentials' role or user (the least-privilege policy is in docs/security.md)"
+    )
+
 
 class KinesisHashRingError(Exception):
     """Base class of every error raised by :mod:`kinesis`."""
@@ -26,6 +48,18 @@ class StreamNotFoundError(KinesisHashRingError, LookupError):
 
 class ShardNotFoundError(KinesisHashRingError, LookupError):
     """The shard does not exist in the stream (wrong id, or trimmed after retention)."""
+
+
+class StreamNotActiveError(KinesisHashRingError):
+    """The Kinesis stream exists but is not ACTIVE (being created, deleted or updated)."""
+
+
+class KinesisAccessDeniedError(KinesisHashRingError, PermissionError):
+    """The credentials lack an IAM permission for a Kinesis call; ``action`` names it."""
+
+    def __init__(self, message: str, action: str = ""):
+        super().__init__(message)
+        self.action = action
 
 
 class HealthServerError(KinesisHashRingError, OSError):
@@ -61,6 +95,14 @@ class LeaseTableNotFoundError(LeaseTableError, LookupError):
 
 class LeaseTableSchemaError(LeaseTableError):
     """The lease table exists but its key schema is not the one this library writes."""
+
+
+class LeaseTableAccessDeniedError(LeaseTableError, PermissionError):
+    """The credentials lack an IAM permission on the lease table; ``action`` names it."""
+
+    def __init__(self, message: str, action: str = ""):
+        super().__init__(message)
+        self.action = action
 
 
 class LeaseTableNotReadyError(LeaseTableError):

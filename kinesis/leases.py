@@ -61,10 +61,13 @@ from kinesis.errors import (
     CorruptLeaseError,
     DuplicateMemberIdError,
     LeaseLostError,
+    LeaseTableAccessDeniedError,
     LeaseTableNotFoundError,
     LeaseTableNotReadyError,
     LeaseTableSchemaError,
     LeaseTableUnavailableError,
+    access_denied_message,
+    is_access_denied,
 )
 from kinesis.lease_model import (
     SHARD_END,
@@ -187,6 +190,12 @@ class LeaseTable:
                     f"lease table {self.table_name!r} does not exist: call ensure_table() "
                     "(or LeaseTable.open) first, or check the region and endpoint"
                 ) from exc
+            if is_access_denied(exc):
+                action = f"dynamodb:{exc.operation_name}"
+                target = f"lease table {self.table_name!r}"
+                raise LeaseTableAccessDeniedError(
+                    access_denied_message(exc.operation_name, target, action, exc), action
+                ) from exc
             if is_transient(exc):
                 raise LeaseTableUnavailableError(
                     f"lease table {self.table_name!r}: {code} after {self.retry_attempts} attempts"
@@ -282,7 +291,9 @@ class LeaseTable:
             if not self.create_if_missing:
                 raise LeaseTableNotFoundError(
                     f"lease table {self.table_name!r} does not exist and create_if_missing is "
-                    "False: create it (hash key 'leaseKey', type S) or allow creation"
+                    "False (WorkerConfig(create_table=False)): create it (hash key 'leaseKey', "
+                    "type S, e.g. PAY_PER_REQUEST), check the region and endpoint, or allow "
+                    "creation"
                 )
             try:
                 self._retrying(
@@ -417,6 +428,11 @@ class LeaseTable:
     def clock_sleep(self, seconds: float) -> None:
         """Wait between retries of unprocessed keys (real time)."""
         threading.Event().wait(seconds)
+
+    @property
+    def corrupt_rows(self) -> dict[str, str]:
+        """Every corrupt row reported so far (key -> reason): skipped, never written."""
+        return dict(self._reported_corrupt)
 
     def _report_corrupt(self, exc: CorruptLeaseError) -> None:
         if self._reported_corrupt.get(exc.key) != exc.reason:

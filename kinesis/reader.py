@@ -28,7 +28,7 @@ from kinesis.errors import (
 )
 from kinesis.positions import InitialPosition, Position, StartPosition, iterator_args
 from kinesis.records import Record, records_from_response
-from kinesis.shards import stream_not_found
+from kinesis.shards import named_client_error
 from kinesis.throttling import ShutdownRequested, call_with_retries, is_retryable
 
 MAX_GET_RECORDS_LIMIT = 10000
@@ -242,9 +242,10 @@ class ShardReader:
                     self.stats.expired_iterators += 1
                     self._iterator = None
                     continue
-                if code == "ResourceNotFoundException":
-                    raise self._not_found(exc) from exc
-                raise
+                named = self._named(exc, "GetRecords")
+                if named is None:
+                    raise
+                raise named from exc
 
     def _acquire_iterator(self) -> str:
         args: dict[str, object]
@@ -269,14 +270,15 @@ class ShardReader:
             )
         except ClientError as exc:
             code = _code(exc)
-            if code == "ResourceNotFoundException":
-                raise self._not_found(exc) from exc
             if code == "InvalidArgumentException":
                 raise ConfigurationError(
                     f"GetShardIterator refused to start shard {self.shard_id} of stream "
                     f"{self.stream_name!r} at {args}: {exc}"
                 ) from exc
-            raise
+            named = self._named(exc, "GetShardIterator")
+            if named is None:
+                raise
+            raise named from exc
         self.stats.iterators_acquired += 1
         iterator: str = response["ShardIterator"]
         return iterator
@@ -300,6 +302,12 @@ class ShardReader:
             budget_option=self.retry_option,
         )
 
+    def _named(self, exc: ClientError, operation: str) -> KinesisHashRingError | None:
+        """The named error for a non-retryable ClientError (None: re-raise it as it is)."""
+        if _code(exc) == "ResourceNotFoundException":
+            return self._not_found(exc)
+        return named_client_error(self.client, self.stream_name, operation, exc)
+
     def _not_found(self, exc: ClientError) -> KinesisHashRingError:
         message = str(exc.response.get("Error", {}).get("Message", ""))
         if "shard" in message.lower() and self.shard_id in message:
@@ -308,7 +316,8 @@ class ShardReader:
                 f"({message}). List the stream's shards (ShardDiscovery) and use one of those ids; "
                 "a shard older than the retention period is trimmed."
             )
-        error: StreamNotFoundError = stream_not_found(self.client, self.stream_name, exc)
+        error = named_client_error(self.client, self.stream_name, "GetRecords", exc)
+        assert isinstance(error, StreamNotFoundError)
         return error
 
 

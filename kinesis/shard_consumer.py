@@ -47,9 +47,11 @@ from botocore.exceptions import BotoCoreError
 
 from kinesis.errors import (
     ConfigurationError,
+    KinesisAccessDeniedError,
     KinesisHashRingError,
     KinesisRetriesExhaustedError,
     LeaseLostError,
+    StreamNotActiveError,
 )
 from kinesis.lease_checkpointer import LeaseCheckpointer
 from kinesis.lease_model import Checkpoint, Lease
@@ -277,7 +279,10 @@ class ShardConsumer:
                 continue
             try:
                 batch = reader.read_batch()
-            except (KinesisRetriesExhaustedError, BotoCoreError) as exc:
+            except (KinesisRetriesExhaustedError, KinesisAccessDeniedError, StreamNotActiveError,
+                    BotoCoreError) as exc:
+                # keep the lease and read again from the same position: nothing is skipped, and
+                # another member (with the same policy) would fail the same way
                 self.pool.count("read_errors")
                 log.warning("%s: read failed, retrying: %s", self.key, exc)
                 self._wake.wait(max(poll, self.pool.config.idle_backoff))

@@ -18,7 +18,15 @@ from typing import Any
 from botocore.exceptions import ClientError
 from cachetools import TTLCache
 
-from kinesis.errors import ConfigurationError, StreamNotFoundError
+from kinesis.errors import (
+    ConfigurationError,
+    KinesisAccessDeniedError,
+    KinesisHashRingError,
+    StreamNotActiveError,
+    StreamNotFoundError,
+    access_denied_message,
+    is_access_denied,
+)
 from kinesis.throttling import call_with_retries
 
 
@@ -72,6 +80,29 @@ def stream_not_found(client: Any, stream_name: str, exc: Exception | None = None
         f"Kinesis stream {stream_name!r} not found ({_endpoint_of(client)}){detail}. "
         "Check the stream name, the region and the credentials' account, or create the stream."
     )
+
+
+def named_client_error(client: Any, stream_name: str, operation: str, exc: ClientError) -> KinesisHashRingError | None:
+    """The named error for a Kinesis call's ``exc`` that no retry can fix, or None.
+
+    ``ResourceNotFoundException``: :class:`StreamNotFoundError`; ``ResourceInUseException``
+    (the stream is being created, deleted or updated): :class:`StreamNotActiveError`;
+    ``AccessDeniedException``: :class:`KinesisAccessDeniedError` naming the IAM action.
+    """
+    code = _code(exc)
+    if code == "ResourceNotFoundException":
+        return stream_not_found(client, stream_name, exc)
+    if code == "ResourceInUseException":
+        return StreamNotActiveError(
+            f"Kinesis stream {stream_name!r} is not ACTIVE ({_endpoint_of(client)}): {exc}. It is "
+            "being created, deleted or updated: wait until DescribeStreamSummary reports ACTIVE, "
+            "or recreate the stream if it was deleted."
+        )
+    if is_access_denied(exc):
+        action = f"kinesis:{operation}"
+        target = f"Kinesis stream {stream_name!r} ({_endpoint_of(client)})"
+        return KinesisAccessDeniedError(access_denied_message(operation, target, action, exc), action)
+    return None
 
 
 class ShardDiscovery:
@@ -161,8 +192,9 @@ class ShardDiscovery:
                     # shard seen (shard ids grow monotonically, so nothing is skipped).
                     page = self._page(StreamName=self.stream_name, ExclusiveStartShardId=max(found))
         except ClientError as exc:
-            if _code(exc) == "ResourceNotFoundException":
-                raise stream_not_found(self.client, self.stream_name, exc) from exc
+            named = named_client_error(self.client, self.stream_name, "ListShards", exc)
+            if named is not None:
+                raise named from exc
             raise
         return sorted(found.values(), key=lambda s: s.shard_id)
 

@@ -345,6 +345,11 @@ def _group(opts: Mapping[str, str], *, streaming: bool) -> GroupOptions | None:
     if not app.strip():
         raise _fail("applicationName", "is required in group mode: the consumer name every "
                     "application of the group shares (it is part of every lease key)")
+    app = app.strip()
+    if "/" in app or app.startswith("__") or any(c.isspace() for c in app):
+        raise _fail("applicationName", f"{app!r} may not contain '/' or whitespace nor start "
+                    "with '__': it is the first part of every lease key "
+                    "'<application>/<stream>/<shardId>'; pick a name like 'orders-app'")
     kind = (opts.get("membership") or "dynamodb").strip().lower()
     if kind not in ("static", "kubernetes", "dynamodb"):
         raise _fail("membership", f"{kind!r} is not one of static, kubernetes, dynamodb")

@@ -14,12 +14,37 @@ from typing import Any
 _ORDINAL = re.compile(r"^(?P<base>.+)-(?P<ordinal>0|[1-9][0-9]*)$")
 
 
+def pod_problem(pod: object) -> str | None:
+    """Why ``pod`` is too malformed to be a member (None when it is well-formed).
+
+    The API server validates pods, so this only happens behind a broken proxy, admission
+    webhook or fake; such a pod is skipped (never a member) instead of failing the list.
+    """
+    if not isinstance(pod, Mapping):
+        return f"a list item is a {type(pod).__name__}, not an object"
+    meta = pod.get("metadata")
+    if not isinstance(meta, Mapping) or not isinstance(meta.get("name"), str) or not meta.get("name"):
+        return "metadata.name is missing or not a non-empty string"
+    status = pod.get("status")
+    if status is not None and not isinstance(status, Mapping):
+        return f"status is a {type(status).__name__}, not an object"
+    conditions = (status or {}).get("conditions")
+    if conditions is not None and (
+        not isinstance(conditions, list) or not all(isinstance(c, Mapping) for c in conditions)
+    ):
+        return "status.conditions is not a list of objects"
+    return None
+
+
 def is_member(pod: Mapping[str, Any]) -> bool:
     """A pod is a member while its Ready condition is True and it is not terminating.
 
     A pod with ``metadata.deletionTimestamp`` drops out at once (its leases must be
     handed off), even though it may still report Ready until its containers stop.
+    A malformed pod (:func:`pod_problem`) is never a member.
     """
+    if pod_problem(pod) is not None:
+        return False
     meta = pod.get("metadata") or {}
     if meta.get("deletionTimestamp"):
         return False
@@ -31,8 +56,9 @@ def is_member(pod: Mapping[str, Any]) -> bool:
 
 
 def pod_name(pod: Mapping[str, Any]) -> str:
-    """The pod's ``metadata.name``."""
-    return str((pod.get("metadata") or {}).get("name", ""))
+    """The pod's ``metadata.name`` ("" when it has none)."""
+    meta = pod.get("metadata") if isinstance(pod, Mapping) else None
+    return str(meta.get("name") or "") if isinstance(meta, Mapping) else ""
 
 
 def statefulset_ordinal(name: str, statefulset: str) -> int | None:

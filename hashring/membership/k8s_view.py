@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import logging
 import threading
 from collections.abc import Iterable, Mapping
 from typing import Any
 
 from hashring.membership.k8s_members import SortedMembers
-from hashring.membership.k8s_pods import is_member, pod_name, statefulset_ordinal
+from hashring.membership.k8s_pods import is_member, pod_name, pod_problem, statefulset_ordinal
+
+log = logging.getLogger("hashring.membership.kubernetes")
+_MAX_LOGGED = 1000  # distinct malformed pods remembered (then logged again)
 
 
 class PodView:
@@ -26,6 +30,9 @@ class PodView:
         self._replicas: int | None = None
         self._members = SortedMembers()
         self.resource_version = ""
+        self.malformed_skipped = 0
+        """Malformed pods skipped so far (each list or event that carried one counts)."""
+        self._logged: set[tuple[str, str]] = set()
 
     @property
     def members(self) -> tuple[str, ...]:
@@ -43,7 +50,7 @@ class PodView:
 
         ``replicas`` (StatefulSets) updates the replica count in the same step.
         """
-        eligible = {pod_name(p): is_member(p) for p in pods}
+        eligible = {pod_name(p): is_member(p) for p in pods if self._usable(p)}
         with self._lock:
             self._eligible = eligible
             self.resource_version = resource_version
@@ -53,6 +60,8 @@ class PodView:
 
     def apply(self, event_type: str, pod: Mapping[str, Any]) -> None:
         """Apply one watch event (ADDED, MODIFIED, DELETED) in O(log N)."""
+        if not self._usable(pod):
+            return
         name = pod_name(pod)
         rv = str((pod.get("metadata") or {}).get("resourceVersion") or "")
         deleted = event_type == "DELETED"
@@ -69,6 +78,21 @@ class PodView:
                     change.add(name)
                 else:
                     change.discard(name)
+
+    def _usable(self, pod: Mapping[str, Any]) -> bool:
+        """False for a malformed pod: counted, logged once per pod and problem, skipped."""
+        problem = pod_problem(pod)
+        if problem is None:
+            return True
+        self.malformed_skipped += 1
+        key = (pod_name(pod), problem)
+        if key not in self._logged:
+            if len(self._logged) >= _MAX_LOGGED:
+                self._logged.clear()
+            self._logged.add(key)
+            log.warning("malformed pod %r skipped (not a member): %s; fix whatever serves or "
+                        "rewrites it (an admission webhook, a proxy)", key[0] or "?", problem)
+        return False
 
     def bookmark(self, resource_version: str) -> None:
         """Remember a BOOKMARK's resourceVersion (where the next watch resumes)."""

@@ -197,6 +197,12 @@ class KubernetesMembership:
             return view.version
         return self._current_slow().version
 
+    @property
+    def malformed_pods_skipped(self) -> int:
+        """Malformed pods skipped (never members) so far; each is logged once."""
+        view = self._view
+        return view.malformed_skipped if isinstance(view, PodView) else 0
+
     def members(self) -> tuple[str, ...]:
         """The Ready, non-terminating member pods, sorted by name."""
         view = self._view

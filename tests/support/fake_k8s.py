@@ -477,6 +477,12 @@ class FakeKubernetes:
             self._put("pods", pod, "ADDED")
         return name
 
+    def put_raw_pod(self, pod: dict[str, Any]) -> None:
+        """Store ``pod`` exactly as given (malformed ones included: no validation), with an
+        ADDED event; ``metadata.namespace`` and ``metadata.name`` must be there for the key."""
+        with self._lock:
+            self._put("pods", pod, "ADDED")
+
     def _ip(self) -> str:
         n = self._rand.getrandbits(16)
         return f"10.{n >> 8}.{n & 255}.{self._rand.randint(2, 250)}"
