@@ -112,8 +112,8 @@ def test_graceful_stop_hands_off_as_each_listener_finishes_without_a_tick(table:
     a.tick()  # b is listed but silent: a creates only its own share
     mine = set(a.held_keys())
     assert mine
+    ticks = a.counters["ticks"]  # read before start(): its first tick may end at once
     a.start()
-    ticks = a.counters["ticks"]
     result: list[bool] = []
     stopper = threading.Thread(target=lambda: result.append(a.stop(graceful=True, timeout=30)))
     stopper.start()
@@ -218,19 +218,25 @@ class AcquireStamps(ManualListener):
 
 
 def test_a_dead_holders_lease_is_taken_the_moment_it_expires(table: LeaseTable) -> None:
-    # ticks every 1.2 s, no regular light rounds (scan_interval = tick_interval): the lease of
-    # a silent holder, first seen at a tick, expires 3 s later, between two ticks
+    # ticks every 2 s, no regular light rounds (scan_interval = tick_interval): the lease of
+    # a silent holder, first seen at a tick, expires 5 s later, half-way between the ticks at
+    # 4 s and 6 s. The 1 s either side is what a loaded machine may delay a round by without
+    # a tick doing the take (with 3 s / 1.2 s it was 0.6 s, minus the first scan's duration).
     listener = AcquireStamps()
     b = LeaseCoordinator(table, StaticMembership(["b", "ghost"], "b"), ["k1"], listener,
-                         lease_duration=3, tick_interval=1.2, scan_interval=1.2, replicas=1)
+                         lease_duration=5, tick_interval=2, scan_interval=2, replicas=1)
     listener.coordinator = b
     table.create_lease_if_absent("k1", owner="ghost")  # a holder that never renews
     b.start()
     try:
-        eventually(lambda: b.held_keys() == ("k1",), what="b to take the dead holder's lease")
+        eventually(lambda: b.held_keys() == ("k1",), timeout=30,
+                   what="b to take the dead holder's lease")
         ticks, refreshes = listener.stamps[0]
-        eventually(lambda: b.counters["refreshes"] == refreshes + 1, what="the round to end")
-        assert b.counters["ticks"] == ticks  # taken by a round at the expiry, not by a tick
+        # the round that took it ends: a tick would count a tick, a light round a refresh
+        eventually(lambda: (b.counters["ticks"], b.counters["refreshes"]) != (ticks, refreshes),
+                   what="the round to end")
+        # taken by a round at the expiry, not by a tick
+        assert (b.counters["ticks"], b.counters["refreshes"]) == (ticks, refreshes + 1)
         assert b.counters["takeovers"] == 1
     finally:
         b.stop(graceful=False)

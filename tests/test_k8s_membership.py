@@ -288,9 +288,11 @@ def test_timeouts_are_retried_with_backoff(fake_k8s: FakeKubernetes,
                                            make: Callable[..., KubernetesMembership]) -> None:
     pods = fake_k8s.add_deployment("orders", replicas=2)
     # urllib3 itself retries a read timeout 3 times; 5 slow answers outlast that, so only
-    # our own retry (tenacity) gets the list through.
-    fake_k8s.fail(delay=0.4, times=5, verb="list")
-    m = make(pods[0], request_timeout=0.1, retries=3)
+    # our own retry (tenacity) gets the list through. Every other answer (the gets, the
+    # list that succeeds) must come within request_timeout: 0.5 s leaves a loaded machine
+    # room (0.1 s did not), and the slow ones (1 s) can never make it in time.
+    fake_k8s.fail(delay=1.0, times=5, verb="list")
+    m = make(pods[0], request_timeout=0.5, retries=3)
     assert m.members() == tuple(sorted(pods))
     lists = [r.status for r in fake_k8s.requests if r.verb == "list"]
     assert lists[:5] == [0] * 5 and lists[-1] == 200

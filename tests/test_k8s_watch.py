@@ -109,16 +109,26 @@ def test_watch_resumes_from_bookmarks(fake_k8s: FakeKubernetes,
                                       make: Callable[..., KubernetesMembership]) -> None:
     fake_k8s.bookmark_interval = 0.1
     pods = fake_k8s.add_deployment("orders", replicas=2)
-    m = make(pods[0], ttl=1.0, max_staleness=2.0)  # the server ends each watch after 1 s
+    # max_staleness 2 s: the server ends each watch after 1 s. Staleness is judged on a
+    # FakeClock, so a loaded machine's slow reconnect cannot make members() fail.
+    m = make(pods[0], clock=FakeClock(), ttl=1.0, max_staleness=2.0)
     assert m.members() == tuple(sorted(pods))
     eventually(lambda: fake_k8s.open_watches == 1, what="the watch to open")
+    first_rv = int(next(r for r in fake_k8s.requests if r.verb == "watch").query["resourceVersion"])
     # pods of another app move the resourceVersion without events for this selector;
     # only a BOOKMARK can tell the watcher about it
     fake_k8s.add_statefulset("unrelated", replicas=2)
     latest = fake_k8s.resource_version
-    eventually(lambda: fake_k8s.count("watch") >= 2, timeout=10, what="a second watch")
-    second = [r for r in fake_k8s.requests if r.verb == "watch"][1]
-    assert int(second.query["resourceVersion"]) >= latest
+    assert latest > first_rv
+
+    def resumed_past_latest() -> bool:
+        # the watch that was open may end before it sends a bookmark (if this thread was slow
+        # to get here): then a later watch gets one; each one resumes from where the last ended
+        rvs = [int(r.query["resourceVersion"]) for r in fake_k8s.requests if r.verb == "watch"]
+        return any(rv >= latest for rv in rvs[1:])
+
+    eventually(resumed_past_latest, timeout=20, what="a watch resumed from a bookmark's resourceVersion")
+    assert fake_k8s.count("watch") >= 2
     assert fake_k8s.count("list") == 1, "a server-ended watch resumes, it does not re-list"
     assert m.members() == tuple(sorted(pods))
 
@@ -219,7 +229,9 @@ def test_close_during_the_watch_request_still_closes_it(
         fake_k8s: FakeKubernetes, make: Callable[..., KubernetesMembership]) -> None:
     """close() while the watch request is in flight (no response object yet) still ends it."""
     pods = fake_k8s.add_deployment("orders", replicas=1)
-    fake_k8s.fail(None, delay=0.5, verb="watch", times=1)  # headers come 0.5 s late
+    # headers come 2 s late: time enough for this thread to reach close() first even on a
+    # loaded machine (0.5 s was not), and still far from the watch's 30 s timeout
+    fake_k8s.fail(None, delay=2.0, verb="watch", times=1)
     m = make(pods[0])  # watch timeout_seconds is 30: the old stop() waited for that
     m.members()
     eventually(lambda: fake_k8s.count("watch") == 1, what="the watch request to arrive")

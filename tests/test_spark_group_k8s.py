@@ -356,10 +356,11 @@ def test_driver_reads_its_pods_share_then_every_shard_after_scale_in(
     two members with the balanced planner and takes exactly its 4 (created in the lease
     table and read from TRIM_HORIZON); the other 4 are planned for the other pod, so the
     driver leaves them alone. The design lets any member take a lease row that stayed
-    missing or unchanged for ``orphan_timeout`` (here 2 x leaseDuration = 40 s): a
+    missing or unchanged for ``orphan_timeout`` (here 2 x leaseDuration = 120 s): a
     listed-but-silent pod stalls its shards for a bounded time only (see
     ``test_a_listed_but_silent_pod_stalls_its_shards_for_a_bounded_time``). leaseDuration
-    is long here so that phase 1 ends well before that.
+    is long here so that phase 1 ends well before that, even on a loaded machine (with
+    20 s the window was 40 s, and the whole test took up to ~55 s under load).
 
     Phase 2 (the other pod is scaled in: terminating, then deleted): the next member-list
     refresh (kubernetesRefreshInterval = 1 s) plans all 8 shards for the driver, which
@@ -371,7 +372,7 @@ def test_driver_reads_its_pods_share_then_every_shard_after_scale_in(
     mine = planned_share(pods, stream, me)
     assert len(mine) == SHARDS // 2
     produced = produce(aws, per_shard=4, start=0)
-    query = Query(spark, aws, tmp_path, me, kubeconfig, leaseDuration="20s",
+    query = Query(spark, aws, tmp_path, me, kubeconfig, leaseDuration="60s",
                   kubernetesRefreshInterval="1s")
     try:
         # Phase 1: exactly the planned share is held and read.

@@ -37,12 +37,21 @@ def _child(code: str, env: dict[str, str] | None = None) -> subprocess.Popen[str
 
 
 def _line(proc: subprocess.Popen[str]) -> str:
+    """The child's next line, read from the pipe itself one byte at a time.
+
+    Not ``proc.stdout.readline()``: that fills the text wrapper's buffer with whatever the
+    child has written so far (often the next lines too), and ``communicate()`` in
+    :func:`_finish` reads the pipe directly, so those lines would be lost.
+    """
     assert proc.stdout is not None
-    line = proc.stdout.readline()
-    if not line:
-        proc.wait(30)
-        raise AssertionError(f"the child exited ({proc.returncode}) before it was ready")
-    return line.strip()
+    line = bytearray()
+    while not line.endswith(b"\n"):
+        byte = os.read(proc.stdout.fileno(), 1)
+        if not byte:
+            proc.wait(30)
+            raise AssertionError(f"the child exited ({proc.returncode}) before it was ready")
+        line += byte
+    return line.decode().strip()
 
 
 def _finish(proc: subprocess.Popen[str]) -> list[str]:

@@ -197,7 +197,12 @@ def test_latest_starts_after_the_query_start(spark: Any, aws: LocalAWS, tmp_path
     df = _stream_df(spark, aws, "orders")  # LATEST by default
     query = (df.writeStream.foreachBatch(collect)
              .option("checkpointLocation", str(tmp_path / "ck")).start())
-    wait_for(lambda: query.lastProgress is not None, 180, "the first (empty) batch")
+    def first_batch() -> bool:
+        if not query.isActive:  # fail with the query's error, not after the whole wait
+            raise AssertionError(f"the query stopped: {query.exception()}")
+        return query.lastProgress is not None
+
+    wait_for(first_batch, 180, "the first (empty) batch")
     put_json(kinesis, "orders", [{"id": i} for i in range(10, 15)])
     query.processAllAvailable()
     query.stop()

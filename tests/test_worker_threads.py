@@ -171,24 +171,32 @@ def test_a_crashed_worker_is_taken_over_from_its_checkpoint(aws: LocalAWS) -> No
     kinesis.create_stream(StreamName="orders", ShardCount=4)
     written = put_records(kinesis, "orders", 120)
     journal = Journal()
-    w1 = make_worker(aws, journal, "w1").start()
-    w2 = make_worker(aws, journal, "w2").start()
+    w1 = make_worker(aws, journal, "w1", lease_duration=2.0).start()  # w2 waits for its expiry
+    w2 = make_worker(aws, journal, "w2", lease_duration=2.0).start()
     try:
         assert eventually(lambda: held(w1) == 2 and held(w2) == 2, 30)
         assert journal.wait_for(lambda _: set(written) <= journal.processed(), 30)
         lost = set(w1.status().held)
         table = LeaseTable(aws.client("dynamodb"), TABLE)
+        crashed_at = time.monotonic_ns()
         w1.stop(graceful=False)  # like a crash: no hand-off, no release
         at_crash = {k: table.get(k) for k in lost}
         assert all(lease is not None and lease.owner == "w1" for lease in at_crash.values())
         assert eventually(lambda: held(w2) == 4, 30)
         assert w2.status().lease_counters["takeovers"] + w2.status().lease_counters["orphans_taken"] == 2
+
+        def inits_after_crash(entries: list[Entry], shard: str) -> list[Entry]:
+            return [e for e in entries
+                    if e.kind == "init" and e.worker == "w2" and e.shard_id == shard and e.t > crashed_at]
+
+        # holding the lease comes first; the processor is initialised after, on its own thread
+        shards = [key.rsplit("/", 1)[1] for key in at_crash]
+        assert journal.wait_for(lambda es: all(inits_after_crash(es, s) for s in shards), 30)
         for key, lease in at_crash.items():
-            shard = key.rsplit("/", 1)[1]
-            inits = [e for e in journal.snapshot() if e.kind == "init" and e.worker == "w2" and e.shard_id == shard]
+            inits = inits_after_crash(journal.snapshot(), key.rsplit("/", 1)[1])
             assert lease is not None and inits
             cp = lease.checkpoint
-            assert inits[-1].checkpoint == f"{cp.sequence_number}/{cp.sub_sequence_number}"
+            assert inits[0].checkpoint == f"{cp.sequence_number}/{cp.sub_sequence_number}"
         more = put_records(kinesis, "orders", 40, prefix="after")
         assert journal.wait_for(lambda _: set(more) <= journal.processed(), 30)
         assert journal.duplicates() == 0  # w1 had checkpointed every batch it processed

@@ -116,7 +116,12 @@ def make_worker(
 ) -> Worker:
     """A Worker against the moto server with fast test timings (override with ``config``)."""
     settings: dict[str, Any] = {
-        "lease_duration": 2.0,
+        # Leases last 10 s, so a loaded machine's stalls never expire one in a test that
+        # asserts no takeover and no duplicate; rounds stay fast (a tick every 2/3 s, as with
+        # the 2 s leases these tests once used). Tests that wait for an expiry pass a short
+        # lease_duration.
+        "lease_duration": 10.0,
+        "tick_interval": 2.0 / 3,
         "idle_backoff": 0.1,
         "shard_sync_interval": 1.0,
         "shutdown_grace": 10.0,
