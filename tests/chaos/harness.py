@@ -70,7 +70,7 @@ class Profile:
 FAST = Profile("fast", shards=16, members=4, lease_duration=3.0, rate=40.0, faults=6,
                network_rate=(0.2, 0.4), network_window=(1.5, 2.5), stall_allowance=12.0,
                step_timeout=90.0)
-LONG = Profile("long", shards=24, members=5, lease_duration=3.0, rate=60.0, faults=60,
+LONG = Profile("long", shards=24, members=5, lease_duration=3.0, rate=60.0, faults=36,
                network_rate=(0.1, 0.5), network_window=(1.0, 4.0), stall_allowance=12.0,
                step_timeout=120.0)
 PROFILES = {"fast": FAST, "long": LONG}
