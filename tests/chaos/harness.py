@@ -12,7 +12,9 @@ processed, so the next fault starts from a recovered fleet):
   else (it is past its lease), plus a random extra, then SIGCONT;
 * ``dynamodb`` / ``kinesis``: for a window, a fraction of the member's DynamoDB (Kinesis)
   requests get a random fault (error, applied_then_error, applied_then_reset, reset, delay);
-* ``flap``: a new member joins, takes leases, and leaves (SIGTERM) again.
+* ``flap``: a new member joins, takes leases, and leaves (SIGTERM) again;
+* ``reshard``: split an open shard at the middle of its hash range, or merge two adjacent
+  ones (the moto server process runs with ``tests/support/moto_kinesis.py``'s fixes).
 
 Every wait is on a condition with a generous deadline; the fault windows (pause extra,
 network windows) are the faults' own durations, drawn from the seed.
@@ -34,17 +36,17 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from benchmarks.moto_process import MotoProcess
 from examples.demo_fleet import Fleet, Member, Producer, processed_keys
 from kinesis.leases import LeaseTable
 from kinesis.testing import FAKE_CREDENTIALS, client_for
 from tests.chaos.invariants import FaultRecord, LeaseRow, Report, TableSample, check
+from tests.chaos.moto_resharding import ReshardingMoto
 from tests.support.fault_proxy import KINDS, FaultProxy
 
 ROOT = Path(__file__).resolve().parent.parent.parent
 MEMBER_SCRIPT = Path(__file__).resolve().parent / "chaos_member.py"
 STREAM, APPLICATION, TABLE = "chaos", "chaos-app", "chaos-leases"
-FAULT_KINDS = ("kill", "term", "pause", "dynamodb", "kinesis", "flap")
+FAULT_KINDS = ("kill", "term", "pause", "dynamodb", "kinesis", "flap", "reshard")
 
 
 @dataclass(frozen=True)
@@ -67,10 +69,10 @@ class Profile:
     """Deadline of every wait (balance, recovery, takeover, exit)."""
 
 
-FAST = Profile("fast", shards=16, members=4, lease_duration=3.0, rate=40.0, faults=6,
+FAST = Profile("fast", shards=16, members=4, lease_duration=3.0, rate=40.0, faults=7,
                network_rate=(0.2, 0.4), network_window=(1.5, 2.5), stall_allowance=12.0,
                step_timeout=90.0)
-LONG = Profile("long", shards=24, members=5, lease_duration=3.0, rate=60.0, faults=36,
+LONG = Profile("long", shards=24, members=5, lease_duration=3.0, rate=60.0, faults=40,
                network_rate=(0.1, 0.5), network_window=(1.0, 4.0), stall_allowance=12.0,
                step_timeout=120.0)
 PROFILES = {"fast": FAST, "long": LONG}
@@ -244,8 +246,8 @@ class ChaosRun:
 
         def fresh_everywhere() -> bool:
             produced, times = producer.timed()
-            shards = {p.shard_id for p in produced}
-            return shards == {p.shard_id for p, t in zip(produced, times, strict=True) if t >= after}
+            fresh = {p.shard_id for p, t in zip(produced, times, strict=True) if t >= after}
+            return fresh >= {s["ShardId"] for s in self._open_shards()}
 
         self._wait(fresh_everywhere, f"records on every shard after {kind}")
         self._wait(self._caught_up(), f"recovery after {kind}")
@@ -263,6 +265,39 @@ class ChaosRun:
             return st is not None and st.get("pid") == pid and bool(st.get("held"))
 
         self._wait(up, f"{name} (pid {pid}) to run and hold a lease")
+
+    def _open_shards(self) -> list[dict[str, Any]]:
+        """The stream's open shards (ListShards straight to moto), by starting hash key."""
+        assert self.producer is not None
+        shards: list[dict[str, Any]] = []
+        kwargs: dict[str, Any] = {"StreamName": STREAM}
+        while True:
+            page = self.producer.client.list_shards(**kwargs)
+            shards += page["Shards"]
+            if not page.get("NextToken"):
+                break
+            kwargs = {"NextToken": page["NextToken"]}
+        return sorted((s for s in shards if "EndingSequenceNumber" not in s["SequenceNumberRange"]),
+                      key=lambda s: int(s["HashKeyRange"]["StartingHashKey"]))
+
+    def _reshard(self) -> dict[str, Any]:
+        """Split a random open shard at the middle of its range, or merge two adjacent ones."""
+        assert self.producer is not None
+        client = self.producer.client
+        shards = self._open_shards()
+        ranges = [(int(s["HashKeyRange"]["StartingHashKey"]), int(s["HashKeyRange"]["EndingHashKey"]))
+                  for s in shards]
+        pairs = [i for i in range(len(shards) - 1) if ranges[i][1] + 1 == ranges[i + 1][0]]
+        if pairs and (self.rng.random() < 0.5 or len(shards) > self.profile.shards + 2):
+            i = self.rng.choice(pairs)
+            client.merge_shards(StreamName=STREAM, ShardToMerge=shards[i]["ShardId"],
+                                AdjacentShardToMerge=shards[i + 1]["ShardId"])
+            return {"merge": [shards[i]["ShardId"], shards[i + 1]["ShardId"]]}
+        i = self.rng.randrange(len(shards))
+        lo, hi = ranges[i]
+        client.split_shard(StreamName=STREAM, ShardToSplit=shards[i]["ShardId"],
+                           NewStartingHashKey=str((lo + hi) // 2))
+        return {"split": shards[i]["ShardId"]}
 
     def _members(self) -> list[str]:
         assert self.fleet is not None
@@ -326,6 +361,9 @@ class ChaosRun:
             if code != 0:
                 self.violations.append(f"flap: {name} exited {code} after SIGTERM; "
                                        f"see {fleet.out_dir}/{name}.log")
+        elif kind == "reshard":
+            detail = self._reshard()
+            self._record(kind, "-", t0, **detail)
         else:
             raise ValueError(f"unknown fault kind {kind!r}")
 
@@ -337,7 +375,7 @@ class ChaosRun:
         self.log(f"chaos profile {profile.name}, seed {self.seed} (replay: --chaos-seed={self.seed} "
                  f"or CHAOS_SEED={self.seed}), output {self.out_dir}")
         kinds = schedule(profile, self.rng)
-        with MotoProcess() as moto:
+        with ReshardingMoto() as moto:
             kinesis = client_for("kinesis", moto.endpoint_url)
             kinesis.create_stream(StreamName=STREAM, ShardCount=profile.shards)
             kinesis.get_waiter("stream_exists").wait(StreamName=STREAM)
@@ -359,7 +397,8 @@ class ChaosRun:
                 for kind in kinds:
                     self.inject(kind)
                     self.log(f"    recovered in {self._recover(kind):.1f} s")
-                took = self._wait(lambda: fleet.balanced(shards=profile.shards), "the fleet to re-balance")
+                open_shards = len(self._open_shards())
+                took = self._wait(lambda: fleet.balanced(shards=open_shards), "the fleet to re-balance")
                 self.log(f"  the fleet re-balanced in {took:.1f} s")
                 producer.stop()
                 took = self._wait(self._caught_up(), "the last records")
