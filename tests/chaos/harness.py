@@ -22,6 +22,7 @@ network windows) are the faults' own durations, drawn from the seed.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import random
@@ -253,7 +254,7 @@ class ChaosRun:
         def fresh_everywhere() -> bool:
             produced, times = producer.timed()
             fresh = {p.shard_id for p, t in zip(produced, times, strict=True) if t >= after}
-            return fresh >= {s["ShardId"] for s in self._open_shards()}
+            return fresh >= self._fed_shards()
 
         self._wait(fresh_everywhere, f"records on every shard after {kind}")
         self._wait(self._caught_up(), f"recovery after {kind}")
@@ -285,6 +286,14 @@ class ChaosRun:
             kwargs = {"NextToken": page["NextToken"]}
         return sorted((s for s in shards if "EndingSequenceNumber" not in s["SequenceNumberRange"]),
                       key=lambda s: int(s["HashKeyRange"]["StartingHashKey"]))
+
+    def _fed_shards(self) -> set[str]:
+        """The open shards that receive records: one of the producer's keys hashes into each."""
+        assert self.producer is not None
+        hashes = [int(hashlib.md5(k.encode()).hexdigest(), 16) for k in self.producer.keys]
+        return {s["ShardId"] for s in self._open_shards()
+                if any(int(s["HashKeyRange"]["StartingHashKey"]) <= h <= int(s["HashKeyRange"]["EndingHashKey"])
+                       for h in hashes)}
 
     def _reshard(self) -> dict[str, Any]:
         """Split a random open shard at the middle of its range, or merge two adjacent ones."""
