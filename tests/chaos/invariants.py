@@ -304,6 +304,7 @@ def check(
 
     # 5. progress: every record processed within the stall bound of the faults it waited through
     tick = lease_duration / 3
+    recovery = int((lease_duration + 4 * tick) * NS)
     base = lease_duration + 4 * tick + stall_allowance
     first_done: dict[tuple[str, str], int] = {}
     for (shard, seq, _sub), occ in occurrences.items():
@@ -321,7 +322,9 @@ def check(
             startup = max(startup, wait)
             continue
         longest[p.shard_id] = max(longest[p.shard_id], wait)
-        during = [f for f in faults if f.t0 <= done_at and f.t1 >= at]
+        # a fault holds up a record if it started before the record was processed and ended
+        # less than a recovery (the base bound without the allowance) before it was produced
+        during = [f for f in faults if f.t0 <= done_at and f.t1 + recovery >= at]
         for f in during:
             stall_by_fault[f.kind] = max(stall_by_fault[f.kind], wait)
         bound = base + sum(f.seconds for f in during)
