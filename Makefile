@@ -6,7 +6,7 @@ EXTRAS ?= dev,k8s,spark,metrics,plot
 export PYSPARK_PYTHON := $(abspath $(PY))
 export PYSPARK_DRIVER_PYTHON := $(abspath $(PY))
 
-.PHONY: venv demo test lint bench simulate clean
+.PHONY: venv demo test lint bench simulate clean chaos
 
 venv: $(VENV)/.installed
 
@@ -35,6 +35,11 @@ $(VENV)/.demo-installed: pyproject.toml
 ## The test suite (the same command CI runs).
 test: venv
 	$(PY) -m pytest -q
+
+## The long chaos profile (tests/chaos): faults drawn from a printed seed (CHAOS_SEED=N replays
+## a run); figures in benchmarks/results/chaos.json. The fast profile runs within `make test`.
+chaos: venv
+	CHAOS_PROFILE=long $(PY) -m pytest -q -p no:cacheprovider --timeout=3600 tests/chaos/test_chaos.py
 
 lint: venv
 	$(VENV)/bin/ruff check hashring kinesis spark_integration tests examples benchmarks

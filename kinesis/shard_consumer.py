@@ -289,6 +289,11 @@ class ShardConsumer:
                 continue
             if batch.stopped or self.reason is not None:
                 break  # records read but not delivered are read again by the next owner
+            if not coordinator.holds(self.key) and not self._wait_to_retry(0):
+                # the lease lapsed while reading (the process was paused, or renewals are
+                # late): deliver only once it is renewed; if it is lost, the next owner
+                # reads the batch again
+                break
             self.millis_behind_latest = batch.millis_behind_latest
             if batch.records:
                 # a batch is in shard order: its last record is its highest position

@@ -73,3 +73,27 @@ def spark() -> Iterator[object]:
     session = make_session("local[2]")
     yield session
     session.stop()
+
+
+# --- the chaos suite (tests/chaos): profile and seed ------------------------------------
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    group = parser.getgroup("chaos", "the chaos suite (tests/chaos)")
+    group.addoption("--chaos-profile", default=None, choices=("fast", "long"),
+                    help="fast (default, part of the normal run) or long (make chaos); env CHAOS_PROFILE")
+    group.addoption("--chaos-seed", default=None, type=int,
+                    help="replay the faults of a run (its seed is printed first); env CHAOS_SEED")
+
+
+@pytest.fixture
+def chaos_profile(request: pytest.FixtureRequest) -> str:
+    return str(request.config.getoption("--chaos-profile") or os.environ.get("CHAOS_PROFILE") or "fast")
+
+
+@pytest.fixture
+def chaos_seed(request: pytest.FixtureRequest) -> int:
+    import random
+
+    value = request.config.getoption("--chaos-seed") or os.environ.get("CHAOS_SEED")
+    return int(value) if value is not None else random.SystemRandom().randrange(1, 10**6)

@@ -352,6 +352,62 @@ def test_lost_lease_stops_the_processor_and_refuses_checkpoints(one_shard: Any) 
     assert holder.released == []  # never touch a lease that is someone else's now
 
 
+class LapsingHolder(FakeHolder):
+    """A holder whose lease lapses (``holds`` turns False) while a GetRecords that returns
+    records is in flight: what a member paused (SIGSTOP, a long GC or VM stall) in the middle
+    of a read sees when it resumes. Counts the ``holds`` checks made after the lapse."""
+
+    def __init__(self, kinesis: Any) -> None:
+        super().__init__()
+        self.lapsed = threading.Event()
+        self.checks_after_lapse = 0
+        kinesis.meta.events.register("after-call.kinesis.GetRecords", self._after_read)
+
+    def _after_read(self, parsed: Any, **_: Any) -> None:
+        if parsed.get("Records") and not self.lapsed.is_set():
+            self.held = False
+            self.lapsed.set()
+
+    def holds(self, key: str) -> bool:
+        if self.lapsed.is_set():
+            with self.lock:
+                self.checks_after_lapse += 1
+        return super().holds(key)
+
+
+def test_a_batch_read_while_the_lease_lapsed_is_not_delivered_and_the_next_owner_reads_it(
+    one_shard: Any,
+) -> None:
+    # Found by the chaos suite (tests/chaos): a member SIGSTOPped during GetRecords resumed,
+    # got its batch and processed it although another member had taken the shard meanwhile.
+    journal, holder = Journal(), LapsingHolder(one_shard)
+    pool, _ = _pool(one_shard, journal, holder)
+    put_records(one_shard, "orders", 5)
+    pool.on_lease_acquired(Lease(KEY, "w1", 1, TRIM_HORIZON))
+    assert holder.lapsed.wait(20)
+    eventually(lambda: holder.checks_after_lapse >= 3, 20, "the consumer to check the lease again")
+    assert journal.records() == []  # not delivered while the lease is not valid
+    holder.lost = True
+    pool.on_lease_lost(Lease(KEY, "w1", 1, TRIM_HORIZON))
+    assert journal.wait_for(lambda es: es[-1].kind == "lost", 10)
+    assert journal.records() == [] and holder.checkpoints == []  # the next owner reads them
+
+
+def test_a_batch_read_while_renewals_were_late_is_delivered_once_renewed(one_shard: Any) -> None:
+    journal, holder = Journal(), LapsingHolder(one_shard)
+    pool, _ = _pool(one_shard, journal, holder)
+    written = put_records(one_shard, "orders", 5)
+    pool.on_lease_acquired(Lease(KEY, "w1", 1, TRIM_HORIZON))
+    assert holder.lapsed.wait(20)
+    eventually(lambda: holder.checks_after_lapse >= 3, 20, "the consumer to check the lease again")
+    assert journal.records() == []
+    holder.held = True  # renewed: the batch is delivered, nothing skipped
+    assert journal.wait_for(lambda es: sum(e.kind == "record" for e in es) == 5, 20)
+    assert [e.seq for e in journal.records()] == [seq for _, seq in written]
+    assert holder.checkpoints[-1] == Checkpoint(written[-1][1])
+    pool.halt_all(10)
+
+
 FAST_RETRY = {"initial_backoff": 0.01, "max_backoff": 0.04}
 
 
