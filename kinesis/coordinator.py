@@ -714,20 +714,9 @@ class LeaseCoordinator:
             self._drive.observe(snapshot)
         now = self.clock()
         active = self._observe(snapshot, now)
-        try:
-            version = self.membership.version
-            listed = self.membership.members()
-        except MembershipError as exc:
-            self._count("membership_errors")
-            self._last_error = f"{type(exc).__name__}: {exc}"
-            log.warning("%s: no member list (%s); only renewing this tick", self.member_id, exc)
+        listed = self._read_members()
+        if listed is None:
             return
-        self._last_membership_at = self.clock()
-        if version != self._membership_version:
-            self._membership_version = version
-            with self._lock:  # news about the members: suspects get a chance (on probation)
-                self._probation.update(self._suspects)
-                self._suspects.clear()
         keys = self._plannable(snapshot)
         with self._lock:  # forget missing-row timers of keys no longer planned
             planned = set(keys)
@@ -735,10 +724,7 @@ class LeaseCoordinator:
                 del self._seen[key]
         self._update_suspects(snapshot, active, now)
         ready = self.member_id in listed and not self._stopping
-        members = [m for m in listed if m not in self._suspects and (m != self.member_id or ready)]
-        if ready and self.member_id not in members:
-            members.append(self.member_id)
-        plan = self._plan(members, keys, snapshot)
+        plan = self._plan(self._plan_members(listed, ready), keys, snapshot)
         self.last_plan = plan
         self._adopt(snapshot)
         if ready and plan is not None and self._ticks >= self.warmup_ticks:
@@ -797,6 +783,32 @@ class LeaseCoordinator:
             else:
                 self._stalled.discard(holder)
 
+    def _read_members(self) -> list[str] | None:
+        """The member list (None, counted and logged, if it cannot be read: this round only
+        renews); a new membership version gives suspects another chance (on probation)."""
+        try:
+            version = self.membership.version
+            listed = list(self.membership.members())
+        except MembershipError as exc:
+            self._count("membership_errors")
+            self._last_error = f"{type(exc).__name__}: {exc}"
+            log.warning("%s: no member list (%s); only renewing this round", self.member_id, exc)
+            return None
+        self._last_membership_at = self.clock()
+        if version != self._membership_version:
+            self._membership_version = version
+            with self._lock:
+                self._probation.update(self._suspects)
+                self._suspects.clear()
+        return listed
+
+    def _plan_members(self, listed: list[str], ready: bool) -> list[str]:
+        """The members to plan for: the listed ones minus suspects; this member only when ready."""
+        members = [m for m in listed if m not in self._suspects and (m != self.member_id or ready)]
+        if ready and self.member_id not in members:
+            members.append(self.member_id)
+        return members
+
     def _sweep_due(self) -> bool:
         """Scoped reads: sweep (scan) at start, then every ``sweep_interval`` only if this
         member is one of the two owners of the reserved chore key (rendezvous over the
@@ -824,26 +836,12 @@ class LeaseCoordinator:
         keys every ``backup_check_interval``), eventually consistent (every write is
         conditional on what it read, so a stale row costs time, never safety)."""
         assert self._last_full is not None
-        try:
-            version = self.membership.version
-            listed = self.membership.members()
-        except MembershipError as exc:
-            self._count("membership_errors")
-            self._last_error = f"{type(exc).__name__}: {exc}"
-            log.warning("%s: no member list (%s); only renewing this round", self.member_id, exc)
+        listed = self._read_members()
+        if listed is None:
             return
-        self._last_membership_at = self.clock()
-        if version != self._membership_version:
-            self._membership_version = version
-            with self._lock:
-                self._probation.update(self._suspects)
-                self._suspects.clear()
         keys = self._plannable(self._last_full)
         ready = self.member_id in listed and not self._stopping
-        members = [m for m in listed if m not in self._suspects and (m != self.member_id or ready)]
-        if ready and self.member_id not in members:
-            members.append(self.member_id)
-        plan = self._plan(members, keys, self._last_full)
+        plan = self._plan(self._plan_members(listed, ready), keys, self._last_full)
         self.last_plan = plan
         now = self.clock()
         with self._lock:
