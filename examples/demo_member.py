@@ -66,6 +66,7 @@ class LedgerProcessor(RecordProcessor):
     def __init__(self, ledger: Ledger):
         self.ledger = ledger
         self.shard = "?"
+        self.last_delivered = ""
 
     def initialize(self, init: InitializationInput) -> None:
         self.shard = init.shard_id
@@ -85,15 +86,21 @@ class LedgerProcessor(RecordProcessor):
                 pk, n = r.partition_key, -1
             lines.append(f"R {self.shard} {r.sequence_number} {r.sub_sequence_number} {pk} {n} {time.time_ns()}")
         self.ledger.write(lines)
-        checkpointer.checkpoint()
+        last = records[-1]
+        self.last_delivered = f"{last.sequence_number} {last.sub_sequence_number}"
+        self._checkpoint(checkpointer, self.last_delivered)
 
     def shutdown_requested(self, checkpointer: Checkpointer) -> None:
-        checkpointer.checkpoint()
+        self._checkpoint(checkpointer, self.last_delivered)
         self.ledger.write([f"S {self.shard} {time.time_ns()}"])
 
     def shard_ended(self, checkpointer: Checkpointer) -> None:
-        checkpointer.checkpoint()
+        self._checkpoint(checkpointer, "SHARD_END 0")
         self.ledger.write([f"E {self.shard} {time.time_ns()}"])
+
+    def _checkpoint(self, checkpointer: Checkpointer, target: str) -> None:
+        """Checkpoint everything delivered (``target`` names it, for subclasses that journal)."""
+        checkpointer.checkpoint()
 
     def lease_lost(self) -> None:
         self.ledger.write([f"L {self.shard} {time.time_ns()}"])

@@ -31,7 +31,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from examples.demo_member import Ledger, LedgerProcessor, RequestCounter, status_of, write_status  # noqa: E402
-from kinesis import Checkpointer, LeaseLostError, Record, StreamConfig, Worker, WorkerConfig  # noqa: E402
+from kinesis import Checkpointer, LeaseLostError, StreamConfig, Worker, WorkerConfig  # noqa: E402
 from kinesis.testing import client_for  # noqa: E402
 
 
@@ -41,7 +41,6 @@ class JournalingProcessor(LedgerProcessor):
     def __init__(self, ledger: Ledger, checkpoints: Ledger):
         super().__init__(ledger)
         self.checkpoints = checkpoints
-        self.last_delivered = ""
 
     def _checkpoint(self, checkpointer: Checkpointer, target: str) -> None:
         before = getattr(checkpointer, "last_checkpoint", None)
@@ -54,31 +53,6 @@ class JournalingProcessor(LedgerProcessor):
         t1 = time.time_ns()
         if target.startswith("SHARD_END") or getattr(checkpointer, "last_checkpoint", None) != before:
             self.checkpoints.write([f"C {self.shard} {target} {t0} {t1}"])
-
-    def process_records(
-        self, records: list[Record], checkpointer: Checkpointer, millis_behind_latest: int | None = None
-    ) -> None:
-        lines = []
-        for r in records:
-            try:
-                payload = json.loads(r.data)
-                pk, n = str(payload["pk"]), int(payload["n"])
-            except (ValueError, KeyError, TypeError):
-                pk, n = r.partition_key, -1
-            lines.append(f"R {self.shard} {r.sequence_number} {r.sub_sequence_number} {pk} {n} {time.time_ns()}")
-        self.ledger.write(lines)
-        last = records[-1]
-        self.last_delivered = f"{last.sequence_number} {last.sub_sequence_number}"
-        self._checkpoint(checkpointer, self.last_delivered)
-
-    def shutdown_requested(self, checkpointer: Checkpointer) -> None:
-        if self.last_delivered:
-            self._checkpoint(checkpointer, self.last_delivered)
-        self.ledger.write([f"S {self.shard} {time.time_ns()}"])
-
-    def shard_ended(self, checkpointer: Checkpointer) -> None:
-        self._checkpoint(checkpointer, "SHARD_END 0")
-        self.ledger.write([f"E {self.shard} {time.time_ns()}"])
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
