@@ -75,7 +75,7 @@ def _endpoint_of(client: Any) -> str:
 
 def stream_not_found(client: Any, stream_name: str, exc: Exception | None = None) -> StreamNotFoundError:
     """The error for a missing stream, naming it and where we looked."""
-    detail = f": {exc}" if exc else ""
+    detail = f": {str(exc).rstrip('. ')}" if exc else ""  # the sentence ends once
     return StreamNotFoundError(
         f"Kinesis stream {stream_name!r} not found ({_endpoint_of(client)}){detail}. "
         "Check the stream name, the region and the credentials' account, or create the stream."

@@ -14,6 +14,16 @@ __all__ = ["register"]
 
 def register(spark: Any) -> None:
     """Register the ``kinesis`` format on a ``SparkSession`` (needs the ``spark`` extra)."""
-    from spark_integration.source import register as _register
+    try:
+        from spark_integration.source import register as _register
+    except ImportError as exc:
+        if exc.name not in ("pyspark", "pyarrow") and not str(exc.name or "").startswith("pyspark."):
+            raise
+        from hashring.errors import ConfigurationError
+
+        raise ConfigurationError(
+            f"spark_integration.register() needs PySpark and pyarrow ({exc.name} is missing): "
+            "pip install 'kinesis-hashring[spark]'"
+        ) from exc
 
     _register(spark)

@@ -257,3 +257,14 @@ def test_discovery_rejects_bad_configuration(kinesis: Any) -> None:
         ShardDiscovery(kinesis, "s", page_size=0)
     with pytest.raises(ConfigurationError, match="stream_name"):
         ShardDiscovery(kinesis, "")
+
+
+def test_a_missing_stream_is_named_in_one_sentence() -> None:
+    from botocore.exceptions import ClientError
+
+    from kinesis.shards import stream_not_found
+
+    error = ClientError({"Error": {"Code": "ResourceNotFoundException",
+                                   "Message": "Stream orders under account 123 not found."}}, "ListShards")
+    message = str(stream_not_found(object(), "orders", error))
+    assert ".." not in message and "not found." in message and "create the stream" in message
