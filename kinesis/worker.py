@@ -238,8 +238,19 @@ class Worker:
             raise
         with self._lock:
             self._state = "running"
-        log.info("worker %s started: %s", self.worker_id, [s.key_prefix for s in self.config.streams])
+        log.info("%s", self.startup_line())
         return self
+
+    def startup_line(self) -> str:
+        """One line that says who this worker is and how it runs (logged at start)."""
+        t = self.config.timing
+        streams = ", ".join(f"{s.application}/{s.stream} from {s.start.kind}" for s in self.config.streams)
+        return (
+            f"worker {self.worker_id} started: table {self.config.table_name}, streams [{streams}], "
+            f"membership {type(self.membership).__name__}, lease {t.lease_duration:g} s "
+            f"(tick {t.tick_interval:g} s, light rounds {t.scan_interval:g} s), replicas "
+            f"{self.config.replicas}, health {self.health_url or 'off'}"
+        )
 
     def run(self, *, install_signal_handlers: bool = True) -> bool:
         """Start (if needed), block until SIGTERM/SIGINT or :meth:`request_stop`, then stop gracefully.
