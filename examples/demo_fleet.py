@@ -151,14 +151,18 @@ class Fleet:
         self.table = LeaseTable(client_for("dynamodb", endpoint_url, region), table)
 
     # lifecycle
-    def start_member(self, name: str) -> Member:
-        cmd = [
+    def member_command(self, name: str) -> list[str]:
+        """The command line of member ``name`` (a subclass may run another member script)."""
+        return [
             sys.executable, str(MEMBER_SCRIPT),
             "--endpoint", self.endpoint_url, "--region", self.region,
             "--stream", self.stream, "--application", self.application, "--table", self.table_name,
             "--member-id", name, "--out-dir", str(self.out_dir),
             "--lease-duration", str(self.lease_duration), *self.member_args,
         ]
+
+    def start_member(self, name: str) -> Member:
+        cmd = self.member_command(name)
         env = {**os.environ, "AWS_ACCESS_KEY_ID": FAKE_CREDENTIALS["aws_access_key_id"],
                "AWS_SECRET_ACCESS_KEY": FAKE_CREDENTIALS["aws_secret_access_key"],
                "AWS_DEFAULT_REGION": self.region, "PYTHONUNBUFFERED": "1"}

@@ -28,6 +28,7 @@ import sys
 import threading
 import time
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -164,17 +165,33 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    setup_logging(args)
+    ledger = Ledger(args.out_dir / f"{args.member_id}.ledger")
+    return run_member(args, args.endpoint, args.endpoint, lambda: LedgerProcessor(ledger))
+
+
+def setup_logging(args: argparse.Namespace) -> None:
+    """Log to ``<out-dir>/<member-id>.log`` (botocore quiet)."""
     args.out_dir.mkdir(parents=True, exist_ok=True)
     logging.basicConfig(
         filename=args.out_dir / f"{args.member_id}.log",
         level=logging.INFO,
-        format="%(asctime)s %(threadName)s %(name)s %(levelname)s %(message)s",
+        format="%(asctime)s %(process)d %(threadName)s %(name)s %(levelname)s %(message)s",
     )
     logging.getLogger("botocore").setLevel(logging.WARNING)
-    ledger = Ledger(args.out_dir / f"{args.member_id}.ledger")
+
+
+def run_member(
+    args: argparse.Namespace,
+    kinesis_endpoint: str,
+    dynamodb_endpoint: str,
+    processor_factory: Callable[[], RecordProcessor],
+) -> int:
+    """Run one Worker until SIGTERM with a status file beside the ledger; the exit code says
+    whether every lease was handed off (0) or not (3)."""
     config = WorkerConfig(
         table_name=args.table,
-        streams=[StreamConfig(args.stream, args.application, args.initial_position)],
+        streams=[StreamConfig(args.stream, args.application, getattr(args, "initial_position", "TRIM_HORIZON"))],
         worker_id=args.member_id,
         lease_duration=args.lease_duration,
         idle_backoff=args.idle_backoff,
@@ -182,10 +199,10 @@ def main(argv: list[str] | None = None) -> int:
         shutdown_grace=args.shutdown_grace,
         shard_sync_interval=max(2.0, args.lease_duration),
     )
-    kinesis = client_for("kinesis", args.endpoint, args.region)
-    dynamodb = client_for("dynamodb", args.endpoint, args.region)
+    kinesis = client_for("kinesis", kinesis_endpoint, args.region)
+    dynamodb = client_for("dynamodb", dynamodb_endpoint, args.region)
     counters = {"dynamodb": RequestCounter(dynamodb), "kinesis": RequestCounter(kinesis)}
-    worker = Worker(config, lambda: LedgerProcessor(ledger), kinesis_client=kinesis, dynamodb_client=dynamodb)
+    worker = Worker(config, processor_factory, kinesis_client=kinesis, dynamodb_client=dynamodb)
     stop = threading.Event()
     status_path = args.out_dir / f"{args.member_id}.status.json"
     worker.start()

@@ -18,21 +18,17 @@ in between. A call the checkpointer answers locally (nothing new to write) is no
 from __future__ import annotations
 
 import argparse
-import json
 import logging
 import sys
-import threading
 import time
 from pathlib import Path
-from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from examples.demo_member import Ledger, LedgerProcessor, RequestCounter, status_of, write_status  # noqa: E402
-from kinesis import Checkpointer, LeaseLostError, StreamConfig, Worker, WorkerConfig  # noqa: E402
-from kinesis.testing import client_for  # noqa: E402
+from examples.demo_member import Ledger, LedgerProcessor, run_member, setup_logging  # noqa: E402
+from kinesis import Checkpointer, LeaseLostError  # noqa: E402
 
 
 class JournalingProcessor(LedgerProcessor):
@@ -74,46 +70,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    args.out_dir.mkdir(parents=True, exist_ok=True)
-    logging.basicConfig(
-        filename=args.out_dir / f"{args.member_id}.log",
-        level=logging.INFO,
-        format="%(asctime)s %(process)d %(threadName)s %(name)s %(levelname)s %(message)s",
-    )
-    logging.getLogger("botocore").setLevel(logging.WARNING)
+    setup_logging(args)
     logging.getLogger(__name__).info("member %s starting, kinesis from %s", args.member_id,
                                      sys.modules["kinesis"].__file__)
     ledger = Ledger(args.out_dir / f"{args.member_id}.ledger")
     checkpoints = Ledger(args.out_dir / f"{args.member_id}.checkpoints")
-    config = WorkerConfig(
-        table_name=args.table,
-        streams=[StreamConfig(args.stream, args.application, "TRIM_HORIZON")],
-        worker_id=args.member_id,
-        lease_duration=args.lease_duration,
-        idle_backoff=args.idle_backoff,
-        max_records=args.max_records,
-        shutdown_grace=args.shutdown_grace,
-        shard_sync_interval=max(2.0, args.lease_duration),
-    )
-    kinesis = client_for("kinesis", args.kinesis_endpoint, args.region)
-    dynamodb = client_for("dynamodb", args.dynamodb_endpoint, args.region)
-    counters = {"dynamodb": RequestCounter(dynamodb), "kinesis": RequestCounter(kinesis)}
-    worker = Worker(config, lambda: JournalingProcessor(ledger, checkpoints),
-                    kinesis_client=kinesis, dynamodb_client=dynamodb)
-    stop = threading.Event()
-    status_path = args.out_dir / f"{args.member_id}.status.json"
-    worker.start()
-    reporter = threading.Thread(target=write_status, args=(worker, counters, status_path, stop), daemon=True)
-    reporter.start()
-    clean = worker.run(install_signal_handlers=True)
-    stop.set()
-    reporter.join()
-    final: dict[str, Any] = status_of(worker, counters)
-    final["exit_clean"] = clean
-    tmp = status_path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(final))
-    tmp.replace(status_path)
-    return 0 if clean else 3
+    return run_member(args, args.kinesis_endpoint, args.dynamodb_endpoint,
+                      lambda: JournalingProcessor(ledger, checkpoints))
 
 
 if __name__ == "__main__":

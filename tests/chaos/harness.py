@@ -24,10 +24,8 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import random
 import signal
-import subprocess
 import sys
 import threading
 import time
@@ -37,9 +35,9 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from examples.demo_fleet import Fleet, Member, Producer, processed_keys
+from examples.demo_fleet import Fleet, Producer, processed_keys
 from kinesis.leases import LeaseTable
-from kinesis.testing import FAKE_CREDENTIALS, client_for
+from kinesis.testing import client_for
 from tests.chaos.invariants import FaultRecord, LeaseRow, Report, TableSample, check
 from tests.chaos.moto_resharding import ReshardingMoto
 from tests.support.fault_proxy import KINDS, FaultProxy
@@ -153,24 +151,15 @@ class ChaosFleet(Fleet):
             self.proxies[name] = pair
         return self.proxies[name]
 
-    def start_member(self, name: str) -> Member:
+    def member_command(self, name: str) -> list[str]:
         dynamodb, kinesis = self.proxies_of(name)
-        cmd = [
+        return [
             sys.executable, str(MEMBER_SCRIPT),
             "--dynamodb-endpoint", dynamodb.endpoint_url, "--kinesis-endpoint", kinesis.endpoint_url,
             "--region", self.region, "--stream", self.stream, "--application", self.application,
             "--table", self.table_name, "--member-id", name, "--out-dir", str(self.out_dir),
             "--lease-duration", str(self.lease_duration), *self.member_args,
         ]
-        env = {**os.environ, "AWS_ACCESS_KEY_ID": FAKE_CREDENTIALS["aws_access_key_id"],
-               "AWS_SECRET_ACCESS_KEY": FAKE_CREDENTIALS["aws_secret_access_key"],
-               "AWS_DEFAULT_REGION": self.region, "PYTHONUNBUFFERED": "1"}
-        stderr = open(self.out_dir / f"{name}.stderr", "ab")  # noqa: SIM115 - owned by the child
-        proc = subprocess.Popen(cmd, env=env, stdout=stderr, stderr=stderr, cwd=str(ROOT))
-        stderr.close()
-        member = Member(name, proc, time.monotonic())
-        self.members[name] = member
-        return member
 
     def pause(self, name: str) -> None:
         self.members[name].process.send_signal(signal.SIGSTOP)
