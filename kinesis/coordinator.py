@@ -82,7 +82,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from hashring import Assignment, Membership, owners_of, plan_assignment, stable_assignment
+from hashring import Assignment, Membership, plan_assignment, stable_assignment
 from hashring.errors import MembershipError
 from hashring.validation import check_replicas
 from kinesis.clock import MONOTONIC, Clock
@@ -107,6 +107,7 @@ from kinesis.lease_model import TRIM_HORIZON, Checkpoint, Lease, TableSnapshot, 
 from kinesis.lease_timing import LeaseTiming, seconds
 from kinesis.leases import LeaseTable
 from kinesis.membership import DynamoDBMembership
+from kinesis.scoped_reads import ScopedReads
 
 log = logging.getLogger(__name__)
 
@@ -373,9 +374,7 @@ class LeaseCoordinator:
         self._ticking: threading.Thread | None = None
         self._last_full: TableSnapshot | None = None  # the last full scan (scoped reads)
         self._plannable_cache: tuple[Any, TableSnapshot, list[str]] | None = None
-        self._mine: tuple[Assignment, frozenset[str], tuple[str, ...], tuple[str, ...]] | None = None
-        self._backed: tuple[Assignment, dict[str, tuple[str, ...]]] | None = None
-        self._stalled: set[str] = set()  # scoped reads: holders whose sample row stopped changing
+        self._scoped = ScopedReads(membership.self_id)  # what a scoped round reads (no I/O)
         self._last_sweep_at = -math.inf
         self._next_backup_check = -math.inf
         self.last_plan: Assignment | None = None
@@ -731,58 +730,6 @@ class LeaseCoordinator:
             self._take(plan, keys, snapshot, now)
         self._handoffs(plan, keys, snapshot, now)
 
-    def _members_tuple(self, members: list[str]) -> tuple[str, ...]:
-        """The same tuple object while the members do not change (planner cache hits by identity)."""
-        ordered = tuple(sorted(members))
-        cached = getattr(self, "_members_tuple_cache", None)
-        if cached == ordered:
-            return cached
-        self._members_tuple_cache = ordered
-        return ordered
-
-    def _keys_tuple(self, keys: list[str]) -> tuple[str, ...]:
-        """The same tuple object for the same key list (the planner's cache then hits at once)."""
-        cached = getattr(self, "_keys_tuple_cache", None)
-        if cached is not None and cached[0] is keys:
-            return cached[1]
-        out = tuple(keys)
-        self._keys_tuple_cache = (keys, out, frozenset(out))
-        return out
-
-    def _my_keys(self, plan: Assignment) -> tuple[frozenset[str], tuple[str, ...], tuple[str, ...]]:
-        """(every planned key, my primary keys, my backup keys) of ``plan``, computed once per plan."""
-        if self._mine is None or self._mine[0] is not plan:
-            me = self.member_id
-            backups = tuple(k for k, owners in plan.owners.items() if me in owners[1:])
-            self._mine = (plan, frozenset(plan.owners), tuple(plan.keys_of(me)), backups)
-        return self._mine[1], self._mine[2], self._mine[3]
-
-    def _backed_up(self, plan: Assignment) -> dict[str, tuple[str, ...]]:
-        """My backup keys grouped by their planned holder (computed once per plan)."""
-        if self._backed is None or self._backed[0] is not plan:
-            groups: dict[str, list[str]] = {}
-            for key in self._my_keys(plan)[2]:
-                groups.setdefault(plan.owner(key), []).append(key)
-            self._backed = (plan, {h: tuple(sorted(ks)) for h, ks in groups.items()})
-        return self._backed[1]
-
-    def _judge_samples(self, samples: Mapping[str, str], rows: Mapping[str, Lease | None], now: float) -> None:
-        """A holder whose sample row did not change for a tick (or moved away from it) is
-        *stalled*: its other rows backed up here are read from now on, so their expiry is
-        timed; any change seen in one of its rows ends that (see ``_scoped_round``)."""
-        for holder, key in samples.items():
-            lease = rows.get(key)
-            if lease is None or lease.owner != holder:
-                self._stalled.add(holder)
-                continue
-            with self._lock:
-                seen = self._seen.get(key)
-            if seen is not None and seen.counter == lease.counter and seen.owner == lease.owner:
-                if now - seen.since >= self.tick_interval:
-                    self._stalled.add(holder)
-            else:
-                self._stalled.discard(holder)
-
     def _read_members(self) -> list[str] | None:
         """The member list (None, counted and logged, if it cannot be read: this round only
         renews); a new membership version gives suspects another chance (on probation)."""
@@ -819,13 +766,10 @@ class LeaseCoordinator:
         if now - self._last_sweep_at < self.sweep_interval:
             return False
         try:
-            members = self.membership.members()
+            members = list(self.membership.members())
         except MembershipError:
             return False
-        if self.member_id not in members:
-            return False
-        sweepers = owners_of("__chore__", "sweep", members, replicas=min(1, len(members) - 1))
-        if self.member_id in sweepers:
+        if self._scoped.is_sweeper(members):
             return True
         self._last_sweep_at = now  # not a sweeper now: look again in one interval
         return False
@@ -849,26 +793,23 @@ class LeaseCoordinator:
         wanted: set[str] = set()
         samples: dict[str, str] = {}  # holder -> the one backup row read to see it is alive
         if plan is not None:
-            _, primary, _ = self._my_keys(plan)
-            wanted = {k for k in primary if k not in held}
-            if now >= self._next_backup_check:
+            check_backups = now >= self._next_backup_check
+            if check_backups:
                 self._next_backup_check = now + self.backup_check_interval
-                for holder, backed in self._backed_up(plan).items():
-                    if holder in self._stalled:  # looks dead: time every row it holds for me
-                        wanted.update(k for k in backed if k not in held)
-                    else:
-                        samples[holder] = backed[0]
-                wanted.update(k for k in samples.values() if k not in held)
+            wanted, samples = self._scoped.to_read(plan, held, check_backups=check_backups)
         if not wanted and full and keys and not held:
             wanted = {keys[0]}  # one cheap read per tick: proof the table is reachable
         rows = self.table.get_many(wanted) if wanted else {}
         if rows or held:
             self._last_table_read_at = self.clock()
             self._last_error = None
-        self._judge_samples(samples, rows, now)
+        with self._lock:
+            seen = {k: (self._seen[k].counter, self._seen[k].owner, self._seen[k].since)
+                    for k in samples.values() if k in self._seen}
+        self._scoped.judge(samples, rows, seen, now, self.tick_interval)
         fresh = TableSnapshot({k: v for k, v in rows.items() if v is not None}, {}, {}, now)
         active = self._observe(fresh, now, partial=True)
-        self._stalled -= active
+        self._scoped.alive(active)
         self._update_suspects(fresh, active, now)
         self._adopt(fresh)
         if ready and plan is not None and self._ticks >= self.warmup_ticks:
@@ -1059,8 +1000,8 @@ class LeaseCoordinator:
             weights = {m: self.weights.get(m, 1.0) for m in members}
         replicas = min(self.replicas, len(members) - 1)
         if self.reads == "scoped":  # a function of (members, keys) alone: no full read needed
-            return stable_assignment(self._members_tuple(members), self._keys_tuple(keys), weights=weights,
-                                     replicas=replicas)
+            return stable_assignment(self._scoped.members_tuple(members), self._scoped.keys_tuple(keys),
+                                     weights=weights, replicas=replicas)
         return plan_assignment(members, keys, current_owners=current, weights=weights, replicas=replicas)
 
     def _take(self, plan: Assignment, keys: list[str], snapshot: TableSnapshot, now: float) -> None:
@@ -1156,7 +1097,7 @@ class LeaseCoordinator:
     def _handoffs(
         self, plan: Assignment | None, keys: list[str], snapshot: TableSnapshot, now: float
     ) -> None:
-        plannable = self._mine[1] if self._mine is not None and self._mine[0] is plan else set(keys)
+        plannable = self._scoped.index(plan).planned if self.reads == "scoped" and plan is not None else set(keys)
         owners = {lease.owner for lease in snapshot.leases.values()}
         # never hand a lease to a member that lets one of its leases expire
         unhealthy = {
