@@ -280,6 +280,16 @@ def with_backups(fleet: Fleet, keys: KeySet, primary: IntArray, replicas: int,
     return Assignment(fleet.members, MappingProxyType(owners), MappingProxyType(quota_map))
 
 
+def prepared(
+    members: Iterable[str], keys: Iterable[str], weights: Mapping[str, float] | None, replicas: int
+) -> tuple[Fleet, KeySet, dict[str, float] | None]:
+    """Validate the inputs both planners share; (the members' ring, the keys, the weights)."""
+    ordered = check_members(members)
+    ks = key_set(keys)
+    check_replicas(replicas, len(ordered))
+    return fleet_of(ordered), ks, check_weights(weights, ordered)
+
+
 def balance_from(fleet: Fleet, keys: KeySet, held_by: IntArray,
                  weights: Mapping[str, float] | None, replicas: int) -> Assignment:
     """Quotas, then holders keep their preferred keys, then the rest walk the ring."""
@@ -359,11 +369,7 @@ def plan_assignment(
     cache_key, hit = cached("plan", *inputs)
     if hit is not None:
         return hit
-    ordered = check_members(members)
-    ks = key_set(keys)
-    check_replicas(replicas, len(ordered))
-    w = check_weights(weights, ordered)
-    fleet = fleet_of(ordered)
+    fleet, ks, w = prepared(members, keys, weights, replicas)
     held_by = np.full(len(ks.keys), -1, dtype=np.int64)
     if current_owners:
         lookup: defaultdict[str | None, int] = defaultdict(lambda: -1)

@@ -61,11 +61,9 @@ from hashring.balance import (
     balance_from,
     cached,
     collected,
-    fleet_of,
-    key_set,
+    prepared,
     remember,
 )
-from hashring.validation import check_members, check_replicas, check_weights
 
 
 def stable_assignment(
@@ -87,11 +85,7 @@ def stable_assignment(
     cache_key, hit = cached("stable", *inputs)
     if hit is not None:
         return hit
-    ordered = check_members(members)
-    ks = key_set(keys)
-    check_replicas(replicas, len(ordered))
-    w = check_weights(weights, ordered)
-    fleet = fleet_of(ordered)
+    fleet, ks, w = prepared(members, keys, weights, replicas)
     landed = fleet.ring.first(ks.hashes)
     plan = balance_from(fleet, ks, landed, w, replicas)
     remember(cache_key, inputs, plan)
