@@ -44,9 +44,9 @@ if str(ROOT) not in sys.path:
 from benchmarks.bench_leases import SCAN, TICK, D, Scheduler  # noqa: E402
 from benchmarks.report import write_json  # noqa: E402
 from hashring import StaticMembership  # noqa: E402
-from kinesis.clock import FakeClock  # noqa: E402
-from kinesis.coordinator import LeaseCoordinator  # noqa: E402
-from kinesis.leases import LeaseTable  # noqa: E402
+from kinesis.lease_loop.clock import FakeClock  # noqa: E402
+from kinesis.lease_loop.coordinator import LeaseCoordinator  # noqa: E402
+from kinesis.lease_loop.leases import LeaseTable  # noqa: E402
 from kinesis.testing import LocalAWS  # noqa: E402
 
 RESULTS = ROOT / "benchmarks" / "results" / "lease_cost.json"

@@ -33,10 +33,10 @@ from aws_kinesis_agg.deaggregator import iter_deaggregate_records
 from rich.console import Console
 from rich.table import Table
 
-from kinesis.aggregation import aggregate
-from kinesis.positions import InitialPosition
-from kinesis.reader import ShardReader
-from kinesis.records import records_from_response
+from kinesis.consumer.aggregation import aggregate
+from kinesis.consumer.positions import InitialPosition
+from kinesis.consumer.reader import ShardReader
+from kinesis.consumer.records import records_from_response
 from kinesis.testing import LocalAWS
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -27,10 +27,10 @@ if str(ROOT) not in sys.path:
 
 from benchmarks.report import write_json  # noqa: E402
 from hashring import StaticMembership  # noqa: E402
-from kinesis.clock import FakeClock  # noqa: E402
-from kinesis.coordinator import LeaseCoordinator  # noqa: E402
-from kinesis.lease_model import Lease, TableSnapshot  # noqa: E402
-from kinesis.leases import LeaseTable  # noqa: E402
+from kinesis.lease_loop.clock import FakeClock  # noqa: E402
+from kinesis.lease_loop.coordinator import LeaseCoordinator  # noqa: E402
+from kinesis.lease_loop.lease_model import Lease, TableSnapshot  # noqa: E402
+from kinesis.lease_loop.leases import LeaseTable  # noqa: E402
 
 RESULTS = ROOT / "benchmarks" / "results" / "round_cpu.json"
 

@@ -4,8 +4,8 @@
 
 Twelve "partition queues" (think RabbitMQ queues, license keys, cron partitions) must each
 be consumed by exactly one member, evenly. Three members run in this process, each with its
-own :class:`~kinesis.coordinator.LeaseCoordinator` thread and
-:class:`~kinesis.membership.DynamoDBMembership` (heartbeat rows in the lease table), against
+own :class:`~kinesis.lease_loop.coordinator.LeaseCoordinator` thread and
+:class:`~kinesis.lease_loop.membership.DynamoDBMembership` (heartbeat rows in the lease table), against
 an embedded DynamoDB (moto server on 127.0.0.1). The script shows:
 
 1. start: 3 members split 12 queues 4/4/4 without racing for them;
@@ -32,10 +32,10 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from kinesis.coordinator import Completion, LeaseCoordinator  # noqa: E402
-from kinesis.lease_model import Lease  # noqa: E402
-from kinesis.leases import LeaseTable  # noqa: E402
-from kinesis.membership import DynamoDBMembership  # noqa: E402
+from kinesis.lease_loop.coordinator import Completion, LeaseCoordinator  # noqa: E402
+from kinesis.lease_loop.lease_model import Lease  # noqa: E402
+from kinesis.lease_loop.leases import LeaseTable  # noqa: E402
+from kinesis.lease_loop.membership import DynamoDBMembership  # noqa: E402
 from kinesis.testing import LocalAWS  # noqa: E402
 
 

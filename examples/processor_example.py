@@ -16,9 +16,9 @@ from collections import Counter
 from typing import Any
 
 from kinesis import InitializationInput, InitialPosition, Record, RecordProcessor, ShardReader
-from kinesis.aggregation import aggregate
-from kinesis.processor import Checkpointer, InMemoryCheckpointer
-from kinesis.shards import ShardDiscovery, ready_shards
+from kinesis.consumer.aggregation import aggregate
+from kinesis.consumer.processor import Checkpointer, InMemoryCheckpointer
+from kinesis.consumer.shards import ShardDiscovery, ready_shards
 from kinesis.testing import LocalAWS
 
 

@@ -1,12 +1,12 @@
 """A pure-Python Kinesis consumer with a balanced, fenced DynamoDB lease loop."""
 
-from kinesis.clock import FakeClock
-from kinesis.coordinator import (
-    CoordinatorStatus,
-    LeaseCoordinator,
-    LeaseListener,
-    NullListener,
-)
+from kinesis.consumer.positions import InitialPosition, Position
+from kinesis.consumer.processing_failures import FailedBatch, FailureAction, ProcessorRetryPolicy
+from kinesis.consumer.processor import Checkpointer, InitializationInput, RecordProcessor
+from kinesis.consumer.reader import ReadResult, ShardReader, read_range
+from kinesis.consumer.records import Record
+from kinesis.consumer.shards import Shard, ShardDiscovery, ready_shards, shard_order
+from kinesis.consumer.worker import StreamConfig, Worker, WorkerConfig, WorkerStatus, lease_key
 from kinesis.errors import (
     CheckpointError,
     CheckpointRegressionError,
@@ -23,7 +23,14 @@ from kinesis.errors import (
     StreamNotActiveError,
     StreamNotFoundError,
 )
-from kinesis.lease_model import (
+from kinesis.lease_loop.clock import FakeClock
+from kinesis.lease_loop.coordinator import (
+    CoordinatorStatus,
+    LeaseCoordinator,
+    LeaseListener,
+    NullListener,
+)
+from kinesis.lease_loop.lease_model import (
     LATEST,
     SHARD_END,
     TRIM_HORIZON,
@@ -32,15 +39,8 @@ from kinesis.lease_model import (
     LeaseState,
     TableSnapshot,
 )
-from kinesis.leases import LeaseTable
-from kinesis.membership import DynamoDBMembership
-from kinesis.positions import InitialPosition, Position
-from kinesis.processing_failures import FailedBatch, FailureAction, ProcessorRetryPolicy
-from kinesis.processor import Checkpointer, InitializationInput, RecordProcessor
-from kinesis.reader import ReadResult, ShardReader, read_range
-from kinesis.records import Record
-from kinesis.shards import Shard, ShardDiscovery, ready_shards, shard_order
-from kinesis.worker import StreamConfig, Worker, WorkerConfig, WorkerStatus, lease_key
+from kinesis.lease_loop.leases import LeaseTable
+from kinesis.lease_loop.membership import DynamoDBMembership
 
 __all__ = [
     "LATEST",

@@ -13,7 +13,7 @@ from typing import Any
 
 from pyspark.sql.datasource import DataSourceReader, InputPartition
 
-from kinesis.shards import ShardDiscovery, shard_order
+from kinesis.consumer.shards import ShardDiscovery, shard_order
 from spark_integration.clients import client
 from spark_integration.offsets import Initial
 from spark_integration.options import KinesisOptions

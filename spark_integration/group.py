@@ -1,6 +1,6 @@
 """Group mode: several Spark applications consume one stream through a shared lease table.
 
-Each driver runs a :class:`~kinesis.coordinator.LeaseCoordinator` (balanced, fenced leases
+Each driver runs a :class:`~kinesis.lease_loop.coordinator.LeaseCoordinator` (balanced, fenced leases
 placed by the hash ring) over lease keys ``"<applicationName>/<stream>/<shardId>"``:
 
 * ``latestOffset`` plans only the shards this application holds. A shard it just acquired
@@ -28,12 +28,12 @@ from datetime import UTC, datetime
 from typing import Any
 
 from hashring import Membership
-from kinesis.coordinator import Completion, LeaseCoordinator
+from kinesis.consumer.positions import Position
+from kinesis.consumer.shards import ShardDiscovery, ready_shards
 from kinesis.errors import CheckpointRegressionError, KinesisHashRingError, LeaseLostError
-from kinesis.lease_model import SHARD_END, Checkpoint, Lease, TableSnapshot
-from kinesis.leases import LeaseTable
-from kinesis.positions import Position
-from kinesis.shards import ShardDiscovery, ready_shards
+from kinesis.lease_loop.coordinator import Completion, LeaseCoordinator
+from kinesis.lease_loop.lease_model import SHARD_END, Checkpoint, Lease, TableSnapshot
+from kinesis.lease_loop.leases import LeaseTable
 from spark_integration.clients import client
 from spark_integration.membership import (
     build_membership,

@@ -18,7 +18,7 @@ import time
 from collections.abc import Mapping
 
 from kinesis.errors import InvalidOptionError
-from kinesis.leases import LeaseTable
+from kinesis.lease_loop.leases import LeaseTable
 from spark_integration.clients import client
 from spark_integration.options import parse_options
 

@@ -25,9 +25,9 @@ from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import Any, Literal
 
+from kinesis.consumer.positions import InitialPosition, Position, StartPosition
+from kinesis.consumer.shards import Shard, ready_shards
 from kinesis.errors import InvalidOffsetError
-from kinesis.positions import InitialPosition, Position, StartPosition
-from kinesis.shards import Shard, ready_shards
 
 
 @dataclass(frozen=True, order=True)
@@ -43,7 +43,7 @@ class Initial:
         return {"from": "TRIM_HORIZON"}
 
     def to_start(self) -> InitialPosition:
-        """The reader's start position (``kinesis.positions``)."""
+        """The reader's start position (``kinesis.consumer.positions``)."""
         if self.kind == "AT_TIMESTAMP":
             assert self.timestamp_ms is not None
             return InitialPosition.at_timestamp(
@@ -84,7 +84,7 @@ def position_from_json(value: Any, where: str) -> ShardPosition:
 
 
 def to_start(pos: ShardPosition) -> StartPosition:
-    """The ``kinesis.reader`` start position: strictly after ``pos``."""
+    """The ``kinesis.consumer.reader`` start position: strictly after ``pos``."""
     return pos if isinstance(pos, Position) else pos.to_start()
 
 
@@ -188,7 +188,7 @@ def track(
 ) -> tuple[SourceOffset, list[str]]:
     """Follow resharding: the shards to read next, and the keys that left because trimmed.
 
-    Adds every listed shard whose parents are finished (in :func:`kinesis.shards.ready_shards`
+    Adds every listed shard whose parents are finished (in :func:`kinesis.consumer.shards.ready_shards`
     order) starting at ``new_shard_start``; drops ``done`` shards once all their listed children
     are tracked. A shard that is absent from the offsets counts as finished when one of its
     descendants is tracked (a child starts only after its parents finished). ``allowed``

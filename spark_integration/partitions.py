@@ -18,10 +18,10 @@ from typing import Any
 
 from pyspark.sql.datasource import InputPartition
 
+from kinesis.consumer.positions import Position
+from kinesis.consumer.reader import MAX_GET_RECORDS_LIMIT, ShardReader
+from kinesis.consumer.records import Record
 from kinesis.errors import OffsetRangeUnavailableError
-from kinesis.positions import Position
-from kinesis.reader import MAX_GET_RECORDS_LIMIT, ShardReader
-from kinesis.records import Record
 from spark_integration.clients import client
 from spark_integration.offsets import ShardPosition, to_start
 from spark_integration.options import KinesisOptions

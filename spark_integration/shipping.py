@@ -26,8 +26,8 @@ from typing import Any
 
 from cachetools import LRUCache
 
-from kinesis.positions import Position
-from kinesis.records import Record
+from kinesis.consumer.positions import Position
+from kinesis.consumer.records import Record
 from spark_integration.offsets import ShardPosition, SourceOffset, after
 from spark_integration.schema import to_arrow_batch
 

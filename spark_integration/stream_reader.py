@@ -32,8 +32,8 @@ from typing import Any
 
 from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
 
+from kinesis.consumer.shards import Shard, ShardDiscovery, shard_order
 from kinesis.errors import KinesisHashRingError
-from kinesis.shards import Shard, ShardDiscovery, shard_order
 from spark_integration.clients import client
 from spark_integration.compat import (
     READ_LIMITS,

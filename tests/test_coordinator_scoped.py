@@ -14,10 +14,10 @@ from typing import Any
 import pytest
 
 from hashring import StaticMembership, stable_assignment
-from kinesis.coordinator import LeaseCoordinator
 from kinesis.errors import ConfigurationError
-from kinesis.leases import LeaseTable
-from kinesis.membership import DynamoDBMembership
+from kinesis.lease_loop.coordinator import LeaseCoordinator
+from kinesis.lease_loop.leases import LeaseTable
+from kinesis.lease_loop.membership import DynamoDBMembership
 from kinesis.testing import LocalAWS
 from tests.coordinator_fleet import Fleet
 

@@ -9,12 +9,12 @@ from typing import Any
 import pytest
 
 from hashring import HashRing, Membership
-from kinesis.clock import FakeClock
-from kinesis.coordinator import LeaseCoordinator
 from kinesis.errors import ConfigurationError, DuplicateMemberIdError, InvalidLeaseKeyError
-from kinesis.lease_model import MEMBER_PREFIX
-from kinesis.leases import LeaseTable
-from kinesis.membership import DynamoDBMembership
+from kinesis.lease_loop.clock import FakeClock
+from kinesis.lease_loop.coordinator import LeaseCoordinator
+from kinesis.lease_loop.lease_model import MEMBER_PREFIX
+from kinesis.lease_loop.leases import LeaseTable
+from kinesis.lease_loop.membership import DynamoDBMembership
 from kinesis.testing import LocalAWS
 from tests.coordinator_fleet import shared_client
 

@@ -18,7 +18,6 @@ from botocore.awsrequest import AWSResponse
 from botocore.config import Config
 from botocore.stub import Stubber
 
-from kinesis.clock import FakeClock
 from kinesis.errors import (
     CheckpointError,
     CheckpointRegressionError,
@@ -32,14 +31,15 @@ from kinesis.errors import (
     LeaseTableSchemaError,
     LeaseTableUnavailableError,
 )
-from kinesis.lease_model import (
+from kinesis.lease_loop.clock import FakeClock
+from kinesis.lease_loop.lease_model import (
     LATEST,
     SHARD_END,
     TRIM_HORIZON,
     Checkpoint,
     LeaseState,
 )
-from kinesis.leases import LeaseTable
+from kinesis.lease_loop.leases import LeaseTable
 from kinesis.testing import LocalAWS
 from tests.coordinator_fleet import shared_client
 
@@ -385,7 +385,7 @@ def test_checkpoint_ordering_and_conversions() -> None:
         sub_sequence_number = 2
 
     assert Checkpoint.of(Rec()) == Checkpoint("42", 2)
-    from kinesis.positions import InitialPosition, Position
+    from kinesis.consumer.positions import InitialPosition, Position
 
     assert Checkpoint("42", 2).to_start_position() == Position("42", 2)
     assert TRIM_HORIZON.to_start_position() == InitialPosition.TRIM_HORIZON

@@ -17,10 +17,10 @@ from botocore.config import Config
 from botocore.exceptions import ClientError
 
 from kinesis import StreamConfig, Worker, WorkerConfig
+from kinesis.consumer.shards import ShardDiscovery
+from kinesis.consumer.throttling import call_with_retries
 from kinesis.errors import HealthServerError, KinesisRetriesExhaustedError
-from kinesis.shards import ShardDiscovery
 from kinesis.testing import LocalAWS, client_for
-from kinesis.throttling import call_with_retries
 from tests.support.fault_proxy import FaultProxy, fault_proxy
 from tests.support.waiting import eventually
 from tests.support.worker_journal import Journal, JournalProcessor

@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
+from kinesis.consumer.positions import Position
+from kinesis.consumer.processor import Checkpointer, InMemoryCheckpointer, RecordProcessor
+from kinesis.consumer.records import Record
 from kinesis.errors import CheckpointError, LeaseLostError
-from kinesis.positions import Position
-from kinesis.processor import Checkpointer, InMemoryCheckpointer, RecordProcessor
-from kinesis.records import Record
 
 ROOT = Path(__file__).resolve().parent.parent
 

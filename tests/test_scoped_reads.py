@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from hashring import stable_assignment
-from kinesis.lease_model import Lease
-from kinesis.scoped_reads import ScopedReads
+from kinesis.lease_loop.lease_model import Lease
+from kinesis.lease_loop.scoped_reads import ScopedReads
 
 MEMBERS = ("a", "b", "c", "d")
 KEYS = [f"k{i:02d}" for i in range(40)]

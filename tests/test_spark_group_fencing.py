@@ -6,10 +6,10 @@ from collections.abc import Iterator
 
 import pytest
 
-from kinesis.lease_model import Checkpoint
-from kinesis.leases import LeaseTable
-from kinesis.positions import Position
-from kinesis.shards import ShardDiscovery
+from kinesis.consumer.positions import Position
+from kinesis.consumer.shards import ShardDiscovery
+from kinesis.lease_loop.lease_model import Checkpoint
+from kinesis.lease_loop.leases import LeaseTable
 from kinesis.testing import LocalAWS
 from spark_integration.group import GroupSession
 from spark_integration.offsets import Initial, ShardOffset, SourceOffset

@@ -422,7 +422,7 @@ def test_a_listed_but_silent_pod_stalls_its_shards_for_a_bounded_time(
         stream: list[str], tmp_path: Path) -> None:
     """The other pod stays listed and Ready but never runs a lease loop.
 
-    What the lease loop does (kinesis/coordinator.py): the other pod's planned shards have
+    What the lease loop does (kinesis/lease_loop/coordinator.py): the other pod's planned shards have
     no lease row; after ``orphan_timeout`` (2 x leaseDuration = 4 s here) any member may
     create and take them (orphans), so the driver does. On the next tick the plan (4/4)
     gives some back to the listed pod: the driver drains the shard (its last batch

@@ -6,9 +6,9 @@ import json
 
 import pytest
 
+from kinesis.consumer.positions import Position
+from kinesis.consumer.shards import Shard
 from kinesis.errors import InvalidOffsetError
-from kinesis.positions import Position
-from kinesis.shards import Shard
 from spark_integration.offsets import (
     Initial,
     ShardOffset,

@@ -14,8 +14,8 @@ from typing import Any
 
 import pytest
 
-from kinesis.aggregation import aggregate
-from kinesis.positions import Position
+from kinesis.consumer.aggregation import aggregate
+from kinesis.consumer.positions import Position
 from kinesis.testing import LocalAWS
 from spark_integration.offsets import SourceOffset
 from spark_integration.options import parse_options

@@ -24,7 +24,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from kinesis import StreamConfig, Worker
-from kinesis.leases import LeaseTable
+from kinesis.lease_loop.leases import LeaseTable
 from kinesis.testing import LocalAWS
 from tests.support.waiting import eventually
 from tests.support.worker_journal import (

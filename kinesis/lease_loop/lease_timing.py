@@ -1,7 +1,7 @@
 """``LeaseTiming``: every duration of the lease loop, with its defaults and rules, in one place.
 
-:class:`~kinesis.worker_config.WorkerConfig` builds one (``config.timing``) and the
-:class:`~kinesis.coordinator.LeaseCoordinator` takes it (or builds one from its keyword
+:class:`~kinesis.consumer.worker_config.WorkerConfig` builds one (``config.timing``) and the
+:class:`~kinesis.lease_loop.coordinator.LeaseCoordinator` takes it (or builds one from its keyword
 arguments), so each rule is written and checked once. All values are seconds.
 
 ================== ======================================= =====================================

@@ -19,7 +19,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from hashring import Assignment, owners_of
-from kinesis.lease_model import Lease
+from kinesis.lease_loop.lease_model import Lease
 
 SWEEP_CHORE = ("__chore__", "sweep")
 """The reserved ring key whose two owners sweep the table (rendezvous over the members)."""

@@ -20,16 +20,16 @@ from typing import Any
 
 from botocore.exceptions import ClientError
 
+from kinesis.consumer.positions import InitialPosition, Position, StartPosition, iterator_args
+from kinesis.consumer.records import Record, records_from_response
+from kinesis.consumer.shards import named_client_error
+from kinesis.consumer.throttling import ShutdownRequested, call_with_retries, is_retryable
 from kinesis.errors import (
     ConfigurationError,
     KinesisHashRingError,
     ShardNotFoundError,
     StreamNotFoundError,
 )
-from kinesis.positions import InitialPosition, Position, StartPosition, iterator_args
-from kinesis.records import Record, records_from_response
-from kinesis.shards import named_client_error
-from kinesis.throttling import ShutdownRequested, call_with_retries, is_retryable
 
 MAX_GET_RECORDS_LIMIT = 10000
 

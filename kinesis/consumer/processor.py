@@ -36,9 +36,9 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
+from kinesis.consumer.positions import InitialPosition, Position
+from kinesis.consumer.records import Record
 from kinesis.errors import CheckpointError, LeaseLostError
-from kinesis.positions import InitialPosition, Position
-from kinesis.records import Record
 
 CheckpointTarget = Record | Position | str | None
 """What ``checkpoint()`` accepts: a record, a position, a sequence number, or None (last delivered)."""

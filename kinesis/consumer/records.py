@@ -8,9 +8,9 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from kinesis.aggregation import decode_unchecked, digest_matches, has_magic
+from kinesis.consumer.aggregation import decode_unchecked, digest_matches, has_magic
+from kinesis.consumer.positions import Position
 from kinesis.errors import AggregationError
-from kinesis.positions import Position
 
 log = logging.getLogger(__name__)
 

@@ -9,7 +9,7 @@
                 table and the member list within ``readiness_timeout`` and (with
                 ``DynamoDBMembership``) is in the member list; 503 with the reason
                 otherwise (table unreachable, membership stale, stopping). Alias: ``/ready``.
-``/status``     the worker's :meth:`~kinesis.worker.Worker.status` as JSON.
+``/status``     the worker's :meth:`~kinesis.consumer.worker.Worker.status` as JSON.
 ``/metrics``    Prometheus text format (404 without the ``metrics`` extra).
 =============== =============================================================================
 
@@ -50,7 +50,7 @@ def _explain_bind_error(host: str, port: int, exc: OSError) -> str:
 
 
 class HealthSource(Protocol):
-    """What the server asks (a :class:`~kinesis.worker.Worker`)."""
+    """What the server asks (a :class:`~kinesis.consumer.worker.Worker`)."""
 
     def is_live(self) -> bool: ...
 

@@ -24,7 +24,7 @@ incarnation and counter, so two live processes with the same id are detected
 live.
 
 Heartbeats are driven either by :meth:`start` (a background thread, every
-``heartbeat_interval``) or by a :class:`~kinesis.coordinator.LeaseCoordinator` on the
+``heartbeat_interval``) or by a :class:`~kinesis.lease_loop.coordinator.LeaseCoordinator` on the
 same table, which calls :meth:`heartbeat` on each tick and feeds its own table scan to
 :meth:`observe`, so membership costs one write per tick and no extra reads. ``members()``
 scans by itself only when nothing has refreshed the view for ``refresh_interval``.
@@ -40,10 +40,10 @@ from collections.abc import Hashable
 from dataclasses import dataclass
 
 from hashring.validation import check_members
-from kinesis.clock import MONOTONIC, Clock
 from kinesis.errors import ConfigurationError, DuplicateMemberIdError, KinesisHashRingError
-from kinesis.lease_model import MemberRow, TableSnapshot
-from kinesis.leases import LeaseTable
+from kinesis.lease_loop.clock import MONOTONIC, Clock
+from kinesis.lease_loop.lease_model import MemberRow, TableSnapshot
+from kinesis.lease_loop.leases import LeaseTable
 
 log = logging.getLogger(__name__)
 

@@ -18,6 +18,7 @@ from typing import Any
 from botocore.exceptions import ClientError
 from cachetools import TTLCache
 
+from kinesis.consumer.throttling import call_with_retries
 from kinesis.errors import (
     ConfigurationError,
     KinesisAccessDeniedError,
@@ -27,7 +28,6 @@ from kinesis.errors import (
     access_denied_message,
     is_access_denied,
 )
-from kinesis.throttling import call_with_retries
 
 
 @dataclass(frozen=True)

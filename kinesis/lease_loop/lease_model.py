@@ -1,7 +1,7 @@
 """The lease item, its checkpoint, and how both map to DynamoDB attributes.
 
 One lease row per resource (e.g. per (consumer, stream, shard)); heartbeat rows of
-:class:`~kinesis.membership.DynamoDBMembership` live in the same table under the
+:class:`~kinesis.lease_loop.membership.DynamoDBMembership` live in the same table under the
 reserved key prefix ``__member__#`` (lease keys may not start with ``__``).
 
 Lease attributes (camelCase, KCL style):
@@ -38,7 +38,7 @@ from typing import TYPE_CHECKING, Any
 from kinesis.errors import CorruptLeaseError, InvalidCheckpointError, InvalidLeaseKeyError
 
 if TYPE_CHECKING:
-    from kinesis.positions import InitialPosition, Position
+    from kinesis.consumer.positions import InitialPosition, Position
 
 KEY = "leaseKey"
 OWNER = "leaseOwner"
@@ -170,7 +170,7 @@ class Checkpoint:
 
         ``None`` for :data:`SHARD_END` (nothing left to read).
         """
-        from kinesis.positions import InitialPosition, Position
+        from kinesis.consumer.positions import InitialPosition, Position
 
         if self.is_shard_end:
             return None

@@ -20,23 +20,23 @@
 
 What it does:
 
-* a :class:`~kinesis.coordinator.LeaseCoordinator` over the DynamoDB lease table runs the
+* a :class:`~kinesis.lease_loop.coordinator.LeaseCoordinator` over the DynamoDB lease table runs the
   balanced, fenced lease loop (one lease per ``<application>/<stream>/<shardId>``, see
-  :mod:`kinesis.worker_config`), with every stream of every application of this worker
+  :mod:`kinesis.consumer.worker_config`), with every stream of every application of this worker
   planned together: the fleet keeps ``max - min <= 1`` leases per member;
-* :class:`~kinesis.shard_sync.ShardSync` is its resource provider: shard discovery, lease rows
+* :class:`~kinesis.consumer.shard_sync.ShardSync` is its resource provider: shard discovery, lease rows
   with lineage, parents before children, new shards picked up while running;
-* :class:`~kinesis.shard_consumer.ConsumerPool` runs one reader thread per held shard and the
+* :class:`~kinesis.consumer.shard_consumer.ConsumerPool` runs one reader thread per held shard and the
   processor lifecycle, with graceful hand-offs that lose and duplicate nothing;
 * :meth:`run` turns SIGTERM/SIGINT into :meth:`stop` ``(graceful=True)``: leave the member
   list, hand every lease to its next owner, within ``shutdown_grace``;
-* :meth:`status`, health endpoints (:mod:`kinesis.health`) and Prometheus metrics
-  (:mod:`kinesis.metrics`, optional).
+* :meth:`status`, health endpoints (:mod:`kinesis.consumer.health`) and Prometheus metrics
+  (:mod:`kinesis.consumer.metrics`, optional).
 
 Clients: pass boto3 ``kinesis_client`` and ``dynamodb_client``, or a ``session`` (and
 optionally ``endpoint_url`` / ``region_name``) to build them. Membership: any
 :class:`hashring.Membership` (e.g. :class:`~hashring.KubernetesMembership`); by default a
-:class:`~kinesis.membership.DynamoDBMembership` in the lease table, with ``worker_id``.
+:class:`~kinesis.lease_loop.membership.DynamoDBMembership` in the lease table, with ``worker_id``.
 
 Errors: configuration mistakes raise :class:`~kinesis.errors.ConfigurationError` when the
 ``WorkerConfig`` or the ``Worker`` is built (no AWS call is made then). :meth:`start` checks
@@ -55,18 +55,13 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from hashring import Membership
-from kinesis.clock import MONOTONIC, Clock
-from kinesis.coordinator import LeaseCoordinator
-from kinesis.errors import ConfigurationError
-from kinesis.health import HealthServer
-from kinesis.leases import LeaseTable
-from kinesis.membership import DynamoDBMembership
-from kinesis.metrics import build_registry, render
-from kinesis.shard_consumer import ConsumerPool, ShardStatus
-from kinesis.shard_sync import ShardSync
-from kinesis.shards import ShardDiscovery
-from kinesis.signals import stop_on_signals
-from kinesis.worker_config import (
+from kinesis.consumer.health import HealthServer
+from kinesis.consumer.metrics import build_registry, render
+from kinesis.consumer.shard_consumer import ConsumerPool, ShardStatus
+from kinesis.consumer.shard_sync import ShardSync
+from kinesis.consumer.shards import ShardDiscovery
+from kinesis.consumer.signals import stop_on_signals
+from kinesis.consumer.worker_config import (
     ProcessorFactory,
     StreamConfig,
     WorkerConfig,
@@ -74,6 +69,11 @@ from kinesis.worker_config import (
     lease_key,
     parse_lease_key,
 )
+from kinesis.errors import ConfigurationError
+from kinesis.lease_loop.clock import MONOTONIC, Clock
+from kinesis.lease_loop.coordinator import LeaseCoordinator
+from kinesis.lease_loop.leases import LeaseTable
+from kinesis.lease_loop.membership import DynamoDBMembership
 
 log = logging.getLogger(__name__)
 
@@ -103,7 +103,7 @@ class WorkerStatus:
     pending_handoffs: Mapping[str, str | None]
     shards: tuple[ShardStatus, ...]
     lease_counters: Mapping[str, int]
-    """The coordinator's counters (:data:`kinesis.coordinator.COUNTER_NAMES`)."""
+    """The coordinator's counters (:data:`kinesis.lease_loop.coordinator.COUNTER_NAMES`)."""
     worker_counters: Mapping[str, int]
     """processor_errors, read_errors, shard_ends, consumers_started."""
     records_processed: Mapping[str, int]

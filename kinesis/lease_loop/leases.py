@@ -1,7 +1,7 @@
 """The DynamoDB lease table: every write is conditional on what the writer last saw.
 
 ``LeaseTable`` is a thin, fenced data-access layer; the policy (who takes what, when)
-lives in :mod:`kinesis.coordinator`. Each write method takes the :class:`Lease` as the
+lives in :mod:`kinesis.lease_loop.coordinator`. Each write method takes the :class:`Lease` as the
 caller last saw it and succeeds only if the row still has that owner and counter; it
 returns the lease as written (counter + 1).
 
@@ -53,8 +53,6 @@ from tenacity import (
     wait_random_exponential,
 )
 
-from kinesis import lease_model as m
-from kinesis.clock import MONOTONIC, Clock
 from kinesis.errors import (
     CheckpointRegressionError,
     ConfigurationError,
@@ -69,7 +67,9 @@ from kinesis.errors import (
     access_denied_message,
     is_access_denied,
 )
-from kinesis.lease_model import (
+from kinesis.lease_loop import lease_model as m
+from kinesis.lease_loop.clock import MONOTONIC, Clock
+from kinesis.lease_loop.lease_model import (
     SHARD_END,
     TRIM_HORIZON,
     Checkpoint,

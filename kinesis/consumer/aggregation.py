@@ -179,7 +179,7 @@ def deaggregate(data: bytes) -> list[UserRecord]:
 
     Raises :class:`AggregationError` when ``data`` is not a well-formed aggregate (no magic,
     MD5 mismatch, malformed protobuf, index out of range). Callers that want KCL's lenient
-    behaviour (pass the bytes through as a plain record) use :func:`kinesis.records.records_from_response`.
+    behaviour (pass the bytes through as a plain record) use :func:`kinesis.consumer.records.records_from_response`.
     """
     if not has_magic(data):
         raise AggregationError("not a KPL aggregated record: the magic prefix F3 89 9A C2 is missing")

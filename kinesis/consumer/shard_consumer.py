@@ -1,6 +1,6 @@
-"""One thread per held shard lease: a :class:`~kinesis.reader.ShardReader` feeding a processor.
+"""One thread per held shard lease: a :class:`~kinesis.consumer.reader.ShardReader` feeding a processor.
 
-:class:`ConsumerPool` is the worker's :class:`~kinesis.coordinator.LeaseListener`; the lease
+:class:`ConsumerPool` is the worker's :class:`~kinesis.lease_loop.coordinator.LeaseListener`; the lease
 coordinator calls it (on its tick thread) and it starts or stops :class:`ShardConsumer`
 threads, never blocking the tick:
 
@@ -25,7 +25,7 @@ while another member may already hold the lease.
 
 A processor exception never skips records on its own: the consumer keeps the lease and
 retries the batch (minus what was checkpointed) with exponential backoff, per
-:class:`~kinesis.processing_failures.ProcessorRetryPolicy`; only its opt-in ``on_exhausted``
+:class:`~kinesis.consumer.processing_failures.ProcessorRetryPolicy`; only its opt-in ``on_exhausted``
 handler can skip a batch. An unexpected failure of the consumer itself (not the processor)
 releases the lease, which is then taken again from the last checkpoint. Shards without a checkpoint at ``LATEST`` are *pinned* on first acquisition: the
 checkpoint becomes ``AT_TIMESTAMP`` of that moment, so a later owner (hand-off or crash)
@@ -45,6 +45,18 @@ from typing import Any, Protocol
 
 from botocore.exceptions import BotoCoreError
 
+from kinesis.consumer.lease_checkpointer import LeaseCheckpointer
+from kinesis.consumer.positions import InitialPosition, Position
+from kinesis.consumer.processing_failures import (
+    FailedBatch,
+    FailureAction,
+    FailureState,
+    ProcessorRetryPolicy,
+)
+from kinesis.consumer.processor import InitializationInput, RecordProcessor
+from kinesis.consumer.reader import ShardReader
+from kinesis.consumer.records import Record
+from kinesis.consumer.worker_config import ProcessorFactory, StreamConfig, WorkerConfig
 from kinesis.errors import (
     ConfigurationError,
     KinesisAccessDeniedError,
@@ -53,25 +65,13 @@ from kinesis.errors import (
     LeaseLostError,
     StreamNotActiveError,
 )
-from kinesis.lease_checkpointer import LeaseCheckpointer
-from kinesis.lease_model import Checkpoint, Lease
-from kinesis.positions import InitialPosition, Position
-from kinesis.processing_failures import (
-    FailedBatch,
-    FailureAction,
-    FailureState,
-    ProcessorRetryPolicy,
-)
-from kinesis.processor import InitializationInput, RecordProcessor
-from kinesis.reader import ShardReader
-from kinesis.records import Record
-from kinesis.worker_config import ProcessorFactory, StreamConfig, WorkerConfig
+from kinesis.lease_loop.lease_model import Checkpoint, Lease
 
 log = logging.getLogger(__name__)
 
 
 class LeaseHolder(Protocol):
-    """The part of :class:`~kinesis.coordinator.LeaseCoordinator` a consumer uses."""
+    """The part of :class:`~kinesis.lease_loop.coordinator.LeaseCoordinator` a consumer uses."""
 
     def holds(self, key: str) -> bool: ...
 
@@ -331,7 +331,7 @@ class ShardConsumer:
     ) -> bool:
         """Deliver one batch, retrying in place with backoff while the processor raises.
 
-        Returns False if the consumer was stopped meanwhile (see :mod:`kinesis.processing_failures`).
+        Returns False if the consumer was stopped meanwhile (see :mod:`kinesis.consumer.processing_failures`).
         """
         policy = self.pool.config.processor_retry
         base = checkpointer.last_checkpoint

@@ -1,4 +1,4 @@
-"""What a :class:`~kinesis.coordinator.LeaseCoordinator` tells its user, and its status.
+"""What a :class:`~kinesis.lease_loop.coordinator.LeaseCoordinator` tells its user, and its status.
 
 * :class:`LeaseListener`: start / stop processing a lease. **Every callback runs on the
   coordinator's tick thread**, one at a time; keep them short (start a reader thread,
@@ -17,7 +17,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
-from kinesis.lease_model import Lease, TableSnapshot
+from kinesis.lease_loop.lease_model import Lease, TableSnapshot
 
 Completion = threading.Event | concurrent.futures.Future[Any] | None
 """What ``on_handoff_requested`` returns: done when the listener has stopped processing."""

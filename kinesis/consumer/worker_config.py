@@ -1,4 +1,4 @@
-"""What a :class:`~kinesis.worker.Worker` consumes and how: ``StreamConfig`` and ``WorkerConfig``.
+"""What a :class:`~kinesis.consumer.worker.Worker` consumes and how: ``StreamConfig`` and ``WorkerConfig``.
 
 Both validate everything when they are built, so a typo fails at start-up with a named
 :class:`~kinesis.errors.ConfigurationError` (a ``ValueError``), never at the first tick.
@@ -22,11 +22,11 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from kinesis.consumer.positions import InitialPosition
+from kinesis.consumer.processing_failures import ProcessorRetryPolicy
+from kinesis.consumer.processor import RecordProcessor
 from kinesis.errors import ConfigurationError
-from kinesis.lease_timing import LeaseTiming
-from kinesis.positions import InitialPosition
-from kinesis.processing_failures import ProcessorRetryPolicy
-from kinesis.processor import RecordProcessor
+from kinesis.lease_loop.lease_timing import LeaseTiming
 
 ProcessorFactory = Callable[[], RecordProcessor]
 """Builds one fresh :class:`RecordProcessor` per shard lease (called on every acquisition)."""
@@ -145,18 +145,18 @@ def _positive_int(name: str, value: object, *, lo: int = 1, hi: int | None = Non
 
 @dataclass(frozen=True)
 class WorkerConfig:
-    """Everything a :class:`~kinesis.worker.Worker` needs besides clients and processors.
+    """Everything a :class:`~kinesis.consumer.worker.Worker` needs besides clients and processors.
 
-    Lease timing (see :class:`~kinesis.coordinator.LeaseCoordinator`): ``lease_duration``
+    Lease timing (see :class:`~kinesis.lease_loop.coordinator.LeaseCoordinator`): ``lease_duration``
     (a lease not renewed for that long, on the observer's clock, is expired), ``tick_interval``
     (default ``lease_duration / 3``), ``scan_interval`` (light rounds between ticks that find
     hand-offs, newcomers and expiries sooner; default ``tick_interval / 3``, one scan request
     each), ``replicas`` backups per lease, ``backup_grace``,
     ``orphan_timeout``, ``handoff_timeout``, ``adopt_timeout``, ``max_concurrent_handoffs``;
-    validated once into :attr:`timing` (a :class:`~kinesis.lease_timing.LeaseTiming`), which
+    validated once into :attr:`timing` (a :class:`~kinesis.lease_loop.lease_timing.LeaseTiming`), which
     the coordinator takes as it is.
 
-    ``member_timeout`` only applies to the :class:`~kinesis.membership.DynamoDBMembership`
+    ``member_timeout`` only applies to the :class:`~kinesis.lease_loop.membership.DynamoDBMembership`
     the worker builds when none is given (default ``2 * lease_duration``: a crashed member's
     first backup takes over at lease expiry, before membership drops it).
 
@@ -169,7 +169,7 @@ class WorkerConfig:
     errors, with jittered exponential backoff), ``shard_sync_interval``
     (how long a ListShards listing is cached; new shards are found within it).
 
-    Processor failures: ``processor_retry`` (:class:`~kinesis.processing_failures.ProcessorRetryPolicy`):
+    Processor failures: ``processor_retry`` (:class:`~kinesis.consumer.processing_failures.ProcessorRetryPolicy`):
     a batch the processor raised on is retried in place with exponential backoff; after
     ``max_attempts`` the shard is reported stuck and retried at ``max_backoff`` unless its
     ``on_exhausted`` handler skips (e.g. dead-letters) the batch.
@@ -311,7 +311,7 @@ class WorkerConfig:
         return None
 
     def coordinator_kwargs(self) -> dict[str, Any]:
-        """The :class:`~kinesis.coordinator.LeaseCoordinator` keyword arguments."""
+        """The :class:`~kinesis.lease_loop.coordinator.LeaseCoordinator` keyword arguments."""
         return {
             "timing": self._timing,
             "replicas": self.replicas,

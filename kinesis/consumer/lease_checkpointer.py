@@ -1,13 +1,13 @@
-"""The concrete :class:`~kinesis.processor.Checkpointer` of a worker: checkpoints go to the lease.
+"""The concrete :class:`~kinesis.consumer.processor.Checkpointer` of a worker: checkpoints go to the lease.
 
 Every checkpoint is one conditional write through
-:meth:`LeaseCoordinator.checkpoint <kinesis.coordinator.LeaseCoordinator.checkpoint>`, fenced
+:meth:`LeaseCoordinator.checkpoint <kinesis.lease_loop.coordinator.LeaseCoordinator.checkpoint>`, fenced
 by the lease's owner and counter and by ``checkpointOrder <= new`` in DynamoDB, so
 
 * a member that lost the lease cannot write (:class:`~kinesis.errors.LeaseLostError`, and
   every later call raises it too);
 * a checkpoint never moves backwards, locally (:class:`~kinesis.errors.CheckpointError`
-  from :class:`~kinesis.processor.CheckpointerBase`) nor in the table;
+  from :class:`~kinesis.consumer.processor.CheckpointerBase`) nor in the table;
 * ``checkpoint()`` inside ``shard_ended`` writes ``SHARD_END``, which lets the children start.
 """
 
@@ -15,14 +15,14 @@ from __future__ import annotations
 
 from typing import Protocol
 
+from kinesis.consumer.positions import Position
+from kinesis.consumer.processor import CheckpointerBase
 from kinesis.errors import LeaseLostError
-from kinesis.lease_model import SHARD_END, Checkpoint, Lease
-from kinesis.positions import Position
-from kinesis.processor import CheckpointerBase
+from kinesis.lease_loop.lease_model import SHARD_END, Checkpoint, Lease
 
 
 class CheckpointSink(Protocol):
-    """What the checkpointer writes through (a :class:`~kinesis.coordinator.LeaseCoordinator`)."""
+    """What the checkpointer writes through (a :class:`~kinesis.lease_loop.coordinator.LeaseCoordinator`)."""
 
     def checkpoint(self, key: str, checkpoint: Checkpoint | str | object) -> Lease:
         """Write ``checkpoint`` to the held lease ``key``; raise LeaseLostError if not held."""

@@ -5,7 +5,7 @@ Every member runs one coordinator over the same lease table. On each tick (every
 
 1. renews the leases it holds (one conditional write each; a failed condition means
    the lease was lost and the listener hears it at once);
-2. heartbeats its :class:`~kinesis.membership.DynamoDBMembership` if it drives one;
+2. heartbeats its :class:`~kinesis.lease_loop.membership.DynamoDBMembership` if it drives one;
 3. scans the lease table (one consistent, paginated scan; the heartbeat rows come along);
 4. asks the resource provider which keys may be planned now, refreshes the member list
    (cached by the membership) and computes :func:`hashring.plan_assignment` with the
@@ -62,7 +62,7 @@ no longer lists (e.g. finished shards) are released the same way (no new owner).
 
 Threads: :meth:`start` runs ticks and light rounds on a daemon thread
 ("lease-coordinator-<id>"); tests call :meth:`tick` and :meth:`refresh` directly with a
-:class:`~kinesis.clock.FakeClock`. :meth:`stop` (graceful) lets that thread hand every
+:class:`~kinesis.lease_loop.clock.FakeClock`. :meth:`stop` (graceful) lets that thread hand every
 lease off, writing each hand-off as soon as its listener is done. **Every listener
 callback runs on the tick thread** (also for leases found lost by :meth:`checkpoint`,
 which is called from processing threads). Listener exceptions are logged and counted;
@@ -85,7 +85,6 @@ from typing import Any
 from hashring import Assignment, Membership, plan_assignment, stable_assignment
 from hashring.errors import MembershipError
 from hashring.validation import check_replicas
-from kinesis.clock import MONOTONIC, Clock
 from kinesis.errors import (
     CheckpointRegressionError,
     ConfigurationError,
@@ -94,7 +93,8 @@ from kinesis.errors import (
     KinesisHashRingError,
     LeaseLostError,
 )
-from kinesis.lease_listener import (
+from kinesis.lease_loop.clock import MONOTONIC, Clock
+from kinesis.lease_loop.lease_listener import (
     COUNTER_NAMES,
     Completion,
     CoordinatorStatus,
@@ -102,12 +102,18 @@ from kinesis.lease_listener import (
     NullListener,
     ResourceProvider,
 )
-from kinesis.lease_listener import completion_done as _done
-from kinesis.lease_model import TRIM_HORIZON, Checkpoint, Lease, TableSnapshot, check_lease_key
-from kinesis.lease_timing import LeaseTiming, seconds
-from kinesis.leases import LeaseTable
-from kinesis.membership import DynamoDBMembership
-from kinesis.scoped_reads import ScopedReads
+from kinesis.lease_loop.lease_listener import completion_done as _done
+from kinesis.lease_loop.lease_model import (
+    TRIM_HORIZON,
+    Checkpoint,
+    Lease,
+    TableSnapshot,
+    check_lease_key,
+)
+from kinesis.lease_loop.lease_timing import LeaseTiming, seconds
+from kinesis.lease_loop.leases import LeaseTable
+from kinesis.lease_loop.membership import DynamoDBMembership
+from kinesis.lease_loop.scoped_reads import ScopedReads
 
 log = logging.getLogger(__name__)
 
@@ -158,7 +164,7 @@ class LeaseCoordinator:
     Args:
         table: the lease table (call ``ensure_table()`` first, or build it with ``open``).
         membership: the live member list (:class:`hashring.StaticMembership`,
-            ``KubernetesMembership``, :class:`~kinesis.membership.DynamoDBMembership`, ...);
+            ``KubernetesMembership``, :class:`~kinesis.lease_loop.membership.DynamoDBMembership`, ...);
             its ``self_id`` is this member's id.
         resources: ``callable(snapshot) -> keys`` called once per tick with the fresh table
             snapshot (e.g. "shards whose parents are finished"), or a fixed collection of
@@ -180,7 +186,7 @@ class LeaseCoordinator:
             a hand-off; the lease is still renewed meanwhile (default ``lease_duration``).
         weights: optional member weights for proportional shares (missing members: 1.0).
         initial_checkpoint: checkpoint of rows this coordinator creates (default
-            :data:`~kinesis.lease_model.TRIM_HORIZON`).
+            :data:`~kinesis.lease_loop.lease_model.TRIM_HORIZON`).
         drive_membership: with a :class:`DynamoDBMembership` on the same table, heartbeat it
             on every tick and feed it this tick's scan (no extra reads). Default True.
         warmup_ticks: ticks to wait before taking free leases, so members started together
@@ -192,7 +198,7 @@ class LeaseCoordinator:
             is suspected (default ``tick_interval``; a live member adopts within a light
             round). Safe at any time: a handed-off lease is processed only after the
             target's adopt write, and the take is conditional on the counter it saw.
-        timing: all the durations above as one :class:`~kinesis.lease_timing.LeaseTiming`
+        timing: all the durations above as one :class:`~kinesis.lease_loop.lease_timing.LeaseTiming`
             (what a WorkerConfig builds); then leave the individual durations unset.
         reads: ``"scan"`` (default): every round scans the table and plans with
             :func:`hashring.plan_assignment` from the current owners. ``"scoped"``: no scan

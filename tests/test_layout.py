@@ -1,0 +1,37 @@
+"""The package layout: the generic lease loop does not depend on the Kinesis consumer."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import kinesis
+
+LEASE_LOOP = Path(kinesis.__file__).parent / "lease_loop"
+
+
+def module_level_imports(path: Path) -> set[str]:
+    """Modules imported at module level (not inside functions or TYPE_CHECKING blocks)."""
+    tree = ast.parse(path.read_text())
+    found: set[str] = set()
+    for node in tree.body:
+        if isinstance(node, ast.ImportFrom) and node.module:
+            found.add(node.module)
+        elif isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+    return found
+
+
+def test_the_lease_loop_imports_nothing_of_the_consumer() -> None:
+    offenders = {
+        path.name: sorted(m for m in module_level_imports(path) if m.startswith("kinesis.consumer"))
+        for path in sorted(LEASE_LOOP.glob("*.py"))
+    }
+    assert {name: mods for name, mods in offenders.items() if mods} == {}
+    assert len(offenders) >= 8  # the sub-package is where the layout says
+
+
+def test_the_public_names_are_unchanged() -> None:
+    for name in ("Worker", "WorkerConfig", "LeaseCoordinator", "LeaseTable", "DynamoDBMembership",
+                 "Checkpoint", "Position", "RecordProcessor", "ShardReader", "FakeClock"):
+        assert getattr(kinesis, name).__module__.startswith(("kinesis.lease_loop", "kinesis.consumer"))
