@@ -21,7 +21,7 @@ from hashring.hashing import key_hash, member_hash, string_key_hash
 from hashring.membership import KubernetesMembership, Membership, StaticMembership
 from hashring.placement import STRATEGIES, owners_of
 from hashring.ring import HashRing, Role
-from hashring.stable import stable_assignment
+from hashring.stable import stable_assignment, watched_by_successors
 
 __version__ = "0.1.0"
 
@@ -48,4 +48,5 @@ __all__ = [
     "plan_assignment",
     "stable_assignment",
     "string_key_hash",
+    "watched_by_successors",
 ]

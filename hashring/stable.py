@@ -90,3 +90,19 @@ def stable_assignment(
     plan = balance_from(fleet, ks, landed, w, replicas)
     remember(cache_key, inputs, plan)
     return plan
+
+
+def watched_by_successors(plan: Assignment, replicas: int) -> Assignment:
+    """``plan`` with each key's backups replaced by its primary's successors in the sorted
+    member list (wrapping around): every member's keys are backed up by the same
+    ``replicas`` members, so one member watches one holder instead of every holder whose
+    keys it happens to back up. Primaries and quotas are unchanged."""
+    members = plan.members
+    n = min(replicas, len(members) - 1)
+    if n <= 0:
+        return Assignment(members, {k: owners[:1] for k, owners in plan.owners.items()}, plan.quotas)
+    position = {m: i for i, m in enumerate(members)}
+    chains = {
+        m: (m, *(members[(position[m] + j) % len(members)] for j in range(1, n + 1))) for m in members
+    }
+    return Assignment(members, {k: chains[owners[0]] for k, owners in plan.owners.items()}, plan.quotas)

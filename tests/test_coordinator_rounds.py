@@ -169,11 +169,11 @@ class BlockingScanTable(LeaseTable):
         self.entered = threading.Event()
         self.release = threading.Event()
 
-    def scan(self, *, page_size: int | None = None) -> TableSnapshot:
+    def scan(self, *, page_size: int | None = None, consistent: bool = True) -> TableSnapshot:
         if self.hold.is_set():
             self.entered.set()
             self.release.wait(10)
-        return super().scan(page_size=page_size)
+        return super().scan(page_size=page_size, consistent=consistent)
 
 
 def test_a_crash_stop_during_a_round_does_not_hand_anything_off(aws: LocalAWS) -> None:

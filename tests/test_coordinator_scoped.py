@@ -82,25 +82,57 @@ def test_scale_out_hands_off_to_the_newcomer_without_overlap(aws: LocalAWS) -> N
     assert fleet.counter("handoffs") <= 1.5 * 6
 
 
-def test_a_crashed_member_is_taken_over_by_its_backups_after_one_lease_duration(aws: LocalAWS) -> None:
-    fleet = CountedFleet(aws, KEYS, ["a", "b", "c"], replicas=1)
-    fleet.round()
-    fleet.round()
+@pytest.mark.parametrize("check_ticks", [1, 2])
+def test_a_crashed_member_is_taken_over_by_its_watcher_after_one_lease_duration(
+    aws: LocalAWS, check_ticks: int
+) -> None:
+    # the watcher samples every backup_check_interval (default lease_duration / 2: here,
+    # with ticks only, every second tick); the takeover comes within a lease duration plus
+    # that interval and two ticks of the crash
+    fleet = CountedFleet(aws, KEYS, ["a", "b", "c"], replicas=1, backup_check_interval=float(check_ticks))
+    for _ in range(int(2 * fleet.lease_duration / fleet.tick_interval) + 2):
+        fleet.round()  # past the settling window (samples every tick while a new plan settles)
     victim_keys = set(fleet.coordinators["b"].held_keys())
-    fleet.crash("b")  # still listed: only the backups' reads can notice
+    fleet.crash("b")  # still listed: only its watcher's reads can notice
     crashed_at = fleet.clock()
     while any(fleet.table_owners()[k] == "b" for k in victim_keys):
         fleet.round()
-        assert fleet.clock() - crashed_at <= fleet.lease_duration + 3 * fleet.tick_interval
+        assert fleet.clock() - crashed_at <= fleet.lease_duration + (check_ticks + 2) * fleet.tick_interval
     assert fleet.clock() - crashed_at >= fleet.lease_duration
     assert fleet.counter("takeovers") == len(victim_keys)
-    # b is suspected (all its leases expired) and planned out: a and c even out by hand-offs
-    for _ in range(6):
-        if sum(fleet.counts(["a", "c"]).values()) == len(KEYS) and spread(fleet.counts(["a", "c"])) <= 1:
-            break
+    # b's successor in the sorted member list (c) backs up all of b's keys: it alone noticed,
+    # took them all, and suspects b; every member still makes the same plan (b listed)
+    assert {k for k, o in fleet.table_owners().items() if o == "c"} >= victim_keys
+    assert fleet.coordinators["c"].status().suspects == ("b",)
+    assert fleet.coordinators["a"].status().suspects == ()
+    for _ in range(3):  # no hand-off goes to the suspect while it stays listed
         fleet.round()
+        assert "b" not in fleet.table_owners().values()
+    # once the member list drops b, a and c even out by graceful hand-offs
+    fleet.sync_membership(["a", "c"])
+    takeovers = fleet.counter("takeovers")
+    for _ in range(6):
+        if spread(fleet.counts(["a", "c"])) <= 1 and sum(fleet.counts(["a", "c"]).values()) == len(KEYS):
+            break
+        fleet.round(["a", "c"])
     assert fleet.counts(["a", "c"]) == {"a": 12, "c": 12}
-    assert fleet.coordinators["a"].status().suspects == ("b",)
+    assert fleet.counter("takeovers") == takeovers
+
+
+def test_each_member_samples_only_its_predecessor(aws: LocalAWS) -> None:
+    members = [f"m{i}" for i in range(6)]
+    fleet = CountedFleet(aws, KEYS, members, replicas=1)
+    fleet.round()
+    fleet.round()
+    before = fleet.calls["BatchGetItem"]
+    rounds = 6
+    for _ in range(rounds):
+        fleet.round()
+    # steady state: one BatchGetItem per member per backup check (its predecessor's sample)
+    assert fleet.calls["BatchGetItem"] - before <= rounds * len(members)
+    for i, m in enumerate(members):
+        index = fleet.coordinators[m]._scoped.index(fleet.coordinators[m].last_plan)  # type: ignore[arg-type]
+        assert set(index.backed_up) == {members[i - 1]}
 
 
 def test_graceful_stop_hands_everything_off(aws: LocalAWS) -> None:

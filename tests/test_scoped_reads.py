@@ -58,3 +58,29 @@ def test_stable_tuples_for_the_planner_cache_and_the_sweep_chore_owners() -> Non
     sweepers = [m for m in MEMBERS if ScopedReads(m).is_sweeper(list(MEMBERS))]
     assert len(sweepers) == 2
     assert not ScopedReads("z").is_sweeper(list(MEMBERS))
+
+
+def test_successor_backups_make_each_member_watch_only_its_predecessors() -> None:
+    base = stable_assignment(MEMBERS, KEYS)
+    for replicas, watched in ((1, {"d"}), (2, {"c", "d"})):
+        plan = ScopedReads("a").watched(base, replicas)
+        assert {k: o[0] for k, o in plan.owners.items()} == {k: base.owner(k) for k in KEYS}
+        assert all(o[1:] == tuple(MEMBERS[(MEMBERS.index(o[0]) + j) % 4] for j in range(1, replicas + 1))
+                   for o in plan.owners.values())
+        assert set(ScopedReads("a").index(plan).backed_up) == watched
+    reads = ScopedReads("a")
+    assert reads.watched(base, 1) is reads.watched(base, 1)  # cached per base plan
+    assert all(len(o) == 2 for o in ScopedReads("a").watched(stable_assignment(["a", "b"], KEYS), 5).owners.values())
+
+
+def test_a_member_new_to_the_plan_is_read_in_full_by_its_watcher_until_it_writes() -> None:
+    reads = ScopedReads("a")
+    old = reads.watched(stable_assignment(("a", "b", "c"), KEYS), 1)
+    new = reads.watched(stable_assignment(MEMBERS, KEYS), 1)  # d joins; a watches d
+    reads.plan_changed(old, new)
+    assert reads.stalled == {"d"}
+    d_keys = set(reads.index(new).backed_up["d"])
+    wanted, _ = reads.to_read(new, reads.index(new).primary, check_backups=False)
+    assert wanted == d_keys  # every round, not only on backup checks
+    reads.alive(["d"])
+    assert reads.to_read(new, reads.index(new).primary, check_backups=False)[0] == set()

@@ -203,17 +203,23 @@ class LeaseCoordinator:
         reads: ``"scan"`` (default): every round scans the table and plans with
             :func:`hashring.plan_assignment` from the current owners. ``"scoped"``: no scan
             in steady state; the plan is :func:`hashring.stable_assignment` of (members,
-            keys) alone, and a round reads (BatchGetItem, eventually consistent) only the
-            rows planned for this member and not held and, every ``backup_check_interval``,
-            one backup row per holder it backs up (all that holder's rows once the sample stops
-            changing for a tick); a full scan runs at start, and every
-            ``sweep_interval`` on the two owners of a reserved chore key (rendezvous over the
-            members; they also take orphans). Needs a membership not fed by the scan
-            (Kubernetes, static); the resource provider sees the last full scan.
-        sweep_interval: scoped reads: the slow safety sweep (default ``10 * lease_duration``).
-        backup_check_interval: scoped reads: how often backups look at the holders they back
-            up (default one tick: a crashed holder still listed is taken over one lease
-            duration after it is seen stalled, one to two ticks after its last renewal).
+            keys) alone, with each member's keys backed up by its successors in the sorted
+            member list (:func:`hashring.watched_by_successors`); a round reads
+            (BatchGetItem, eventually consistent) only the rows planned for this member and
+            not held and, every ``backup_check_interval``, one sample row of each member it
+            watches (its ``replicas`` predecessors; all of that member's rows once the sample
+            stops changing for a tick); a full scan (eventually consistent) runs at start,
+            and every ``sweep_interval`` on the two owners of a reserved chore key
+            (rendezvous over the members; they also take orphans). Suspects stay in the
+            plan (every member makes the same plan) but get no hand-offs; a dead member's
+            keys stay with its watcher until the member list drops it. Needs a membership
+            not fed by the scan (Kubernetes, static); the resource provider sees the last
+            full scan.
+        sweep_interval: scoped reads: the slow safety sweep (default ``30 * lease_duration``).
+        backup_check_interval: scoped reads: how often a member samples the members it
+            watches (default ``lease_duration / 2``: a crashed member still listed is taken
+            over within a lease duration and three ticks of its last renewal; one tick
+            takes over a tick sooner at 1.5x the reads).
         clock: the monotonic clock expiry is measured on (inject a FakeClock in tests;
             :meth:`start` still schedules ticks in real time).
     """
@@ -281,10 +287,10 @@ class LeaseCoordinator:
             raise ConfigurationError(f"reads must be 'scan' or 'scoped', got {reads!r}")
         self.reads = reads
         self.sweep_interval = _seconds_or(
-            "sweep_interval", sweep_interval, 10 * timing.lease_duration
+            "sweep_interval", sweep_interval, 30 * timing.lease_duration
         )
         self.backup_check_interval = _seconds_or(
-            "backup_check_interval", backup_check_interval, timing.tick_interval
+            "backup_check_interval", backup_check_interval, timing.lease_duration / 2
         )
         self.timing = timing
         self.lease_duration = timing.lease_duration
@@ -383,6 +389,7 @@ class LeaseCoordinator:
         self._scoped = ScopedReads(membership.self_id)  # what a scoped round reads (no I/O)
         self._last_sweep_at = -math.inf
         self._next_backup_check = -math.inf
+        self._plan_changed_at = -math.inf
         self.last_plan: Assignment | None = None
         """The plan computed on the last tick (None if none could be made)."""
 
@@ -710,7 +717,8 @@ class LeaseCoordinator:
         if self.reads == "scoped" and not self._sweep_due():
             self._scoped_round(full=full)
             return
-        snapshot = self.table.scan()
+        # scoped reads sweep eventually consistent (every write is conditional on what it read)
+        snapshot = self.table.scan(consistent=self.reads == "scan")
         self._last_full = snapshot
         self._last_sweep_at = self.clock()
         self._last_table_read_at = self.clock()
@@ -756,8 +764,11 @@ class LeaseCoordinator:
         return listed
 
     def _plan_members(self, listed: list[str], ready: bool) -> list[str]:
-        """The members to plan for: the listed ones minus suspects; this member only when ready."""
-        members = [m for m in listed if m not in self._suspects and (m != self.member_id or ready)]
+        """The members to plan for: the listed ones minus suspects (scoped reads keep them: every
+        member must make the same plan, and only a dead member's watcher suspects it; suspects
+        then get no hand-offs); this member only when ready."""
+        scoped = self.reads == "scoped"
+        members = [m for m in listed if (scoped or m not in self._suspects) and (m != self.member_id or ready)]
         if ready and self.member_id not in members:
             members.append(self.member_id)
         return members
@@ -792,16 +803,23 @@ class LeaseCoordinator:
         keys = self._plannable(self._last_full)
         ready = self.member_id in listed and not self._stopping
         plan = self._plan(self._plan_members(listed, ready), keys, self._last_full)
-        self.last_plan = plan
         now = self.clock()
+        if plan is not self.last_plan:
+            self._plan_changed_at = now
+            if plan is not None:
+                self._scoped.plan_changed(self.last_plan, plan)
+        self.last_plan = plan
         with self._lock:
             held = set(self._held)
         wanted: set[str] = set()
         samples: dict[str, str] = {}  # holder -> the one backup row read to see it is alive
         if plan is not None:
             check_backups = now >= self._next_backup_check
-            if check_backups:
-                self._next_backup_check = now + self.backup_check_interval
+            if check_backups:  # every tick while a new plan settles (hand-offs in flight)
+                settling = now - self._plan_changed_at < 2 * self.lease_duration
+                self._next_backup_check = now + (
+                    min(self.tick_interval, self.backup_check_interval) if settling else self.backup_check_interval
+                )
             wanted, samples = self._scoped.to_read(plan, held, check_backups=check_backups)
         if not wanted and full and keys and not held:
             wanted = {keys[0]}  # one cheap read per tick: proof the table is reachable
@@ -1006,8 +1024,9 @@ class LeaseCoordinator:
             weights = {m: self.weights.get(m, 1.0) for m in members}
         replicas = min(self.replicas, len(members) - 1)
         if self.reads == "scoped":  # a function of (members, keys) alone: no full read needed
-            return stable_assignment(self._scoped.members_tuple(members), self._scoped.keys_tuple(keys),
-                                     weights=weights, replicas=replicas)
+            base = stable_assignment(self._scoped.members_tuple(members), self._scoped.keys_tuple(keys),
+                                     weights=weights)
+            return self._scoped.watched(base, replicas)
         return plan_assignment(members, keys, current_owners=current, weights=weights, replicas=replicas)
 
     def _take(self, plan: Assignment, keys: list[str], snapshot: TableSnapshot, now: float) -> None:
@@ -1134,7 +1153,7 @@ class LeaseCoordinator:
                 if target is not _RELEASE and not self._stopping:
                     if in_flight >= self.max_concurrent_handoffs:
                         continue
-                    if target in unhealthy:
+                    if target in unhealthy or target in self._suspects:
                         continue
                     if target in self._probation and (target in probing or target in owners):
                         continue  # one probe at a time until it shows it is alive

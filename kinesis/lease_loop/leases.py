@@ -360,12 +360,13 @@ class LeaseTable:
         item = self._get_item(check_lease_key(key))
         return None if item is None else m.lease_from_item(item)
 
-    def scan(self, *, page_size: int | None = None) -> TableSnapshot:
-        """Read every row (consistent, paginated): leases, heartbeat rows and corrupt rows."""
+    def scan(self, *, page_size: int | None = None, consistent: bool = True) -> TableSnapshot:
+        """Read every row (paginated; strongly consistent unless ``consistent=False``, half the
+        read units): leases, heartbeat rows and corrupt rows."""
         leases: dict[str, Lease] = {}
         members: dict[str, MemberRow] = {}
         corrupt: dict[str, str] = {}
-        kwargs: dict[str, Any] = {"TableName": self.table_name, "ConsistentRead": True}
+        kwargs: dict[str, Any] = {"TableName": self.table_name, "ConsistentRead": consistent}
         if page_size is not None:
             kwargs["Limit"] = page_size
         while True:

@@ -5,10 +5,11 @@ into the set of lease rows to read this round, and judges the sample rows it rea
 
 * rows planned for this member and not held, every round (hand-offs offered to it, free or
   expiring leases it should take);
-* every ``backup_check_interval``, one *sample* row per holder this member backs up; a holder
-  whose sample did not change for a tick (or no longer holds it) is *stalled*, and from then
-  on all its rows backed up here are read, so their expiry is timed; any change seen in one
-  of its rows ends that.
+* every ``backup_check_interval``, one *sample* row of each member it watches (the holders it
+  backs up: with successor backups, its ``replicas`` predecessors in the sorted member list);
+  a holder whose sample did not change for a tick (or no longer holds it) is *stalled*, and
+  from then on all its rows backed up here are read every round, so their expiry is timed;
+  any change seen in one of its rows ends that.
 
 The coordinator does the reading (``LeaseTable.get_many``) and acts on the rows.
 """
@@ -18,7 +19,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-from hashring import Assignment, owners_of
+from hashring import Assignment, owners_of, watched_by_successors
 from kinesis.lease_loop.lease_model import Lease
 
 SWEEP_CHORE = ("__chore__", "sweep")
@@ -45,6 +46,15 @@ class ScopedReads:
         self._index: tuple[Assignment, PlanIndex] | None = None
         self._members: tuple[str, ...] = ()
         self._keys: tuple[list[str], tuple[str, ...]] | None = None
+        self._watched: tuple[Assignment, int, Assignment] | None = None
+
+    def watched(self, base: Assignment, replicas: int) -> Assignment:
+        """``base`` with successor backups (:func:`hashring.watched_by_successors`): this
+        member then samples only the ``replicas`` members before it in the sorted member
+        list. Cached per base plan (the planner returns the same object for the same inputs)."""
+        if self._watched is None or self._watched[0] is not base or self._watched[1] != replicas:
+            self._watched = (base, replicas, watched_by_successors(base, replicas))
+        return self._watched[2]
 
     def index(self, plan: Assignment) -> PlanIndex:
         """This member's primary keys and the keys it backs up, by holder (cached per plan)."""
@@ -68,13 +78,12 @@ class ScopedReads:
         held = set(held)
         wanted = {k for k in index.primary if k not in held}
         samples: dict[str, str] = {}
-        if check_backups:
-            for holder, backed in index.backed_up.items():
-                if holder in self.stalled:
-                    wanted.update(k for k in backed if k not in held)
-                else:
-                    samples[holder] = backed[0]
-            wanted.update(k for k in samples.values() if k not in held)
+        for holder, backed in index.backed_up.items():
+            if holder in self.stalled:  # every round, so their expiry is seen when it comes
+                wanted.update(k for k in backed if k not in held)
+            elif check_backups:
+                samples[holder] = backed[0]
+        wanted.update(k for k in samples.values() if k not in held)
         return wanted, samples
 
     def judge(
@@ -98,6 +107,13 @@ class ScopedReads:
                     self.stalled.add(holder)
             else:
                 self.stalled.discard(holder)
+
+    def plan_changed(self, old: Assignment | None, new: Assignment) -> None:
+        """A member new to the plan is read in full by its watchers until it is seen writing
+        (adopting what is handed to it): a newcomer that never comes up must not hold the
+        offers made to it for longer than ``adopt_timeout`` plus a round."""
+        joined = set(new.members) - set(old.members if old is not None else new.members)
+        self.stalled.update(h for h in self.index(new).backed_up if h in joined)
 
     def alive(self, members: Iterable[str]) -> None:
         """Members seen writing are not stalled."""
