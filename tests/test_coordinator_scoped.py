@@ -170,3 +170,27 @@ def test_scoped_reads_refuse_a_membership_fed_by_the_scan(aws: LocalAWS) -> None
         LeaseCoordinator(table, DynamoDBMembership(table, "a"), KEYS, reads="scoped")
     with pytest.raises(ConfigurationError, match="reads must be 'scan' or 'scoped'"):
         LeaseCoordinator(table, StaticMembership(["a"], "a"), KEYS, reads="index")
+
+
+def test_a_table_written_by_the_scan_loop_is_used_as_it_is(aws: LocalAWS) -> None:
+    # scoped reads need no index and no new attribute: a table the default loop (and 0.1.0)
+    # wrote keeps its rows and checkpoints when a fleet switches to reads="scoped" (rolling:
+    # the old fleet crashes, the new one takes the rows over once they expire)
+    table = LeaseTable.open(aws.client("dynamodb"), "scoped-test")
+    old = Fleet(table, KEYS, ["a", "b", "c"])
+    old.round()
+    old.round()
+    key = KEYS[5]
+    holder = old.coordinators[old.table.scan().leases[key].owner or ""]
+    holder.checkpoint(key, "49590338271490256608559692538361571095921575989136588898")
+    for member in ("a", "b", "c"):
+        old.crash(member)
+    new = CountedFleet(aws, KEYS, ["x", "y", "z"])
+    new.clock.advance(old.clock() - new.clock())
+    for _ in range(int(3 * new.lease_duration / new.tick_interval)):
+        new.round()
+    assert sum(new.counts().values()) == len(KEYS) and spread(new.counts()) <= 1
+    assert set(new.table_owners().values()) == {"x", "y", "z"}
+    assert new.table.scan().leases[key].checkpoint.sequence_number == (
+        "49590338271490256608559692538361571095921575989136588898"
+    )
