@@ -19,7 +19,7 @@ request to moto unchanged, so a real boto3 client pointed at ``endpoint_url`` se
 
 Test controls: :meth:`fail` answers the next calls of an operation with an AWS error (e.g.
 ``LimitExceededException`` for RegisterStreamConsumer, ``AccessDeniedException``);
-:meth:`report_creating` makes DescribeStreamConsumer say CREATING a few times; ``subscribes``
+:meth:`report_creating` makes Register/DescribeStreamConsumer say CREATING a few times; ``subscribes``
 records every SubscribeToShard call. The continuation is moto's iterator position (the last
 sequence number read), taken from the iterator moto returns: this module knows moto's
 iterator format (``moto.kinesis.utils``).
@@ -125,7 +125,8 @@ class FanOutEndpoint:
             self._faults.setdefault(operation, deque()).extend([(code, status)] * times)
 
     def report_creating(self, times: int) -> None:
-        """The next ``times`` DescribeStreamConsumer answers say ConsumerStatus CREATING."""
+        """The next ``times`` RegisterStreamConsumer/DescribeStreamConsumer answers say CREATING
+        (moto registers consumers ACTIVE at once; AWS takes seconds)."""
         with self._lock:
             self._creating = times
 
@@ -153,7 +154,7 @@ class FanOutEndpoint:
         if operation == "SubscribeToShard":
             return self._subscribe(handler, json.loads(body or b"{}"))
         status, headers, payload = self._forward(handler.command, handler.path, dict(handler.headers.items()), body)
-        if operation == "DescribeStreamConsumer" and status == 200:
+        if operation in ("DescribeStreamConsumer", "RegisterStreamConsumer") and status == 200:
             payload = self._maybe_creating(payload)
         handler.send_response(status)
         for name, value in headers:
@@ -169,7 +170,7 @@ class FanOutEndpoint:
                 return payload
             self._creating -= 1
         doc = json.loads(payload)
-        doc["ConsumerDescription"]["ConsumerStatus"] = "CREATING"
+        doc.get("ConsumerDescription", doc.get("Consumer"))["ConsumerStatus"] = "CREATING"
         return json.dumps(doc).encode()
 
     def _forward(self, method: str, path: str, headers: dict[str, str], body: bytes) -> tuple[int, list[tuple[str, str]], bytes]:
