@@ -116,6 +116,11 @@ class _Subscription:
 
     def close(self) -> None:
         self.closed.set()
+        # urllib3's HTTPResponse.shutdown() unblocks the pump thread's read at once (closing
+        # alone would leave it blocked until the next event arrives)
+        raw: Any = getattr(self.stream, "_raw_stream", None)
+        with contextlib.suppress(Exception):
+            raw.shutdown()
         self._close_stream()
 
     def _close_stream(self) -> None:

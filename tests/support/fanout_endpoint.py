@@ -29,6 +29,8 @@ from __future__ import annotations
 
 import http.client
 import json
+import select
+import socket
 import threading
 import time
 from collections import deque
@@ -276,6 +278,8 @@ class FanOutEndpoint:
         last_sent = 0.0
         pause = threading.Event()
         while time.monotonic() < deadline and not self._closing.is_set():
+            if _client_closed(handler):  # like an HTTP/2 stream reset: the subscription ends now
+                return
             if subscription.superseded.is_set():
                 send(eventstream.exception(
                     "ResourceInUseException", "a newer SubscribeToShard call took over this subscription"))
@@ -309,6 +313,16 @@ class FanOutEndpoint:
             handler.wfile.flush()
         except OSError:
             pass
+
+
+def _client_closed(handler: BaseHTTPRequestHandler) -> bool:
+    """True once the client closed its end (the socket reads EOF)."""
+    sock = handler.connection
+    try:
+        readable, _, _ = select.select([sock], [], [], 0)
+        return bool(readable) and sock.recv(1, socket.MSG_PEEK) == b""
+    except OSError:
+        return True
 
 
 @contextmanager
