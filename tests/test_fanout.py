@@ -260,6 +260,25 @@ def test_ended_subscriptions_are_renewed_from_the_continuation_losing_and_repeat
         assert reader.continuation == got[-1].sequence_number
 
 
+def test_a_subscription_is_renewed_before_the_service_ends_it(aws: LocalAWS, endpoint: FanOutEndpoint) -> None:
+    kinesis = kinesis_via(endpoint)
+    kinesis.create_stream(StreamName="orders", ShardCount=1)
+    registration = registered(endpoint)
+    reader = FanOutReader(kinesis, "orders", "shardId-000000000000", registration, InitialPosition.TRIM_HORIZON,
+                          renew_after=1.2, min_subscribe_interval=0.1, max_block=0.1)  # guard: 1 s
+    written: list[tuple[str, str]] = []
+    got: list[Any] = []
+    while reader.stats.renewals < 2:
+        written += put_records(kinesis, "orders", 3, prefix=f"r{reader.stats.renewals}-")
+        got += read_all(reader, 3, timeout=10)
+    reader.close()
+    assert [r.sequence_number for r in got] == [seq for _, seq in written]
+    subscribed = endpoint.calls("subscribed")
+    assert len(subscribed) >= 3 and all(c.outcome == "subscribed" for c in endpoint.calls())  # no ResourceInUse
+    assert all(c.starting_position["Type"] == "AFTER_SEQUENCE_NUMBER" for c in subscribed[1:])
+    assert eventually(lambda: endpoint.live_subscriptions() == 0, 5)  # every replaced one was closed
+
+
 def test_resource_in_use_backs_off_and_subscribe_is_rate_limited(aws: LocalAWS, endpoint: FanOutEndpoint) -> None:
     kinesis = kinesis_via(endpoint)
     kinesis.create_stream(StreamName="orders", ShardCount=1)

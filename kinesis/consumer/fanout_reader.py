@@ -16,8 +16,9 @@ How it reads:
   ``ContinuationSequenceNumber`` received, so a renewal neither skips nor repeats a record;
 * a subscription is renewed when the service ends it (after 5 minutes), when it fails (a
   dropped connection, ``ResourceInUseException`` because a newer call took it over, a server
-  error), and proactively after ``renew_after`` seconds; queued events of an old subscription
-  are dropped (the new one starts after the last event *delivered*);
+  error), and proactively after ``renew_after`` seconds (the new call takes the subscription
+  over, then the old one is closed); queued events of an old subscription are dropped (the new
+  one starts after the last event *delivered*);
 * SubscribeToShard is called at most once per ``min_subscribe_interval`` (Kinesis allows one
   call per second per shard and consumer); ``ResourceInUseException`` (another subscription
   of this consumer to this shard is live, e.g. the previous owner's during a hand-off) and
@@ -230,11 +231,16 @@ class FanOutReader:
         if self.stop_event.is_set():
             return self._stopped()
         sub = self._subscription
-        if sub is not None and time.monotonic() - sub.started >= self.renew_after:
+        if sub is not None and time.monotonic() - sub.started >= self.renew_after and self._may_call():
+            # a call 5 s or more after the last one takes the subscription over; the old one is
+            # closed once the new one is live (and read on if the renewal has to back off)
             log.debug("%s: renewing the subscription before the service ends it", self.shard_id)
-            self.stats.renewals += 1
-            self._drop_subscription()
-            sub = None
+            renewed = self._subscribe()
+            if renewed is not None:
+                self.stats.renewals += 1
+                sub = renewed
+            elif self.stop_event.is_set():
+                return self._stopped()
         if sub is None:
             sub = self._subscribe()
             if sub is None:
@@ -312,13 +318,17 @@ class FanOutReader:
             return {"Type": "AT_TIMESTAMP", "Timestamp": start.timestamp}
         return {"Type": "TRIM_HORIZON"}
 
+    def _may_call(self) -> bool:
+        """True once the rate limit and any backoff allow the next SubscribeToShard."""
+        return time.monotonic() >= max(self._not_before, self._last_call + self.min_subscribe_interval)
+
     def _subscribe(self) -> _Subscription | None:
         """One SubscribeToShard call, after the rate limit and any backoff; None if it failed
         with an error worth retrying later (the next read_batch tries again) or stopped."""
         wait = max(self._not_before, self._last_call + self.min_subscribe_interval) - time.monotonic()
         if wait > 0 and self.stop_event.wait(min(wait, self.max_block)):
             return None
-        if time.monotonic() < max(self._not_before, self._last_call + self.min_subscribe_interval):
+        if not self._may_call():
             return None  # still waiting (in slices of max_block, so the caller checks its lease)
         position = self._starting_position()
         arn = self.registration.arn
@@ -334,6 +344,7 @@ class FanOutReader:
             return None
         self._generation += 1
         self.stats.subscriptions += 1
+        self._drop_subscription()  # a renewal: events of the old one still queued are dropped
         self._subscription = _Subscription(
             self._generation, response["EventStream"], self._queue, f"fanout-{self.shard_id}-{self._generation}"
         )

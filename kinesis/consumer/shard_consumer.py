@@ -1,4 +1,9 @@
-"""One thread per held shard lease: a :class:`~kinesis.consumer.reader.ShardReader` feeding a processor.
+"""One thread per held shard lease: a reader feeding a processor.
+
+The reader is a :class:`~kinesis.consumer.reader.ShardReader` (GetRecords polling) or a
+:class:`~kinesis.consumer.fanout_reader.FanOutReader` (Enhanced Fan-Out), picked by
+``StreamConfig.retrieval`` (:mod:`kinesis.consumer.retrieval`); everything below is the same
+for both.
 
 :class:`ConsumerPool` is the worker's :class:`~kinesis.lease_loop.coordinator.LeaseListener`; the lease
 coordinator calls it (on its tick thread) and it starts or stops :class:`ShardConsumer`
