@@ -1,5 +1,6 @@
 """A pure-Python Kinesis consumer with a balanced, fenced DynamoDB lease loop."""
 
+from kinesis.consumer.fanout_reader import FanOutReader
 from kinesis.consumer.positions import InitialPosition, Position
 from kinesis.consumer.processing_failures import FailedBatch, FailureAction, ProcessorRetryPolicy
 from kinesis.consumer.processor import Checkpointer, InitializationInput, RecordProcessor
@@ -13,6 +14,8 @@ from kinesis.errors import (
     ConfigurationError,
     CorruptLeaseError,
     DuplicateMemberIdError,
+    FanOutConsumerLimitError,
+    FanOutConsumerNotActiveError,
     KinesisAccessDeniedError,
     KinesisHashRingError,
     LeaseLostError,
@@ -58,6 +61,9 @@ __all__ = [
     "FailedBatch",
     "FailureAction",
     "FakeClock",
+    "FanOutConsumerLimitError",
+    "FanOutConsumerNotActiveError",
+    "FanOutReader",
     "InitialPosition",
     "InitializationInput",
     "KinesisAccessDeniedError",

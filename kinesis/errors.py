@@ -82,6 +82,17 @@ class CheckpointError(KinesisHashRingError, ValueError):
     """A checkpoint was asked for a position that is not allowed (backwards, or not delivered)."""
 
 
+# --- Enhanced Fan-Out (SubscribeToShard) ---------------------------------------------------
+
+
+class FanOutConsumerLimitError(KinesisHashRingError):
+    """The stream already has the most registered consumers Kinesis allows (20 by default)."""
+
+
+class FanOutConsumerNotActiveError(KinesisHashRingError):
+    """The registered stream consumer did not become ACTIVE in time (or is being deleted)."""
+
+
 # --- Lease table, coordinator and DynamoDB membership -------------------------------------
 
 

@@ -139,6 +139,9 @@ class ShardReader:
         """Wait up to ``seconds`` on the stop event; True if the reader was stopped."""
         return self.stop_event.wait(seconds) if seconds > 0 else self.stop_event.is_set()
 
+    def close(self) -> None:
+        """Nothing to release (GetRecords holds no connection open); the fan-out reader's does."""
+
     # -- reading -------------------------------------------------------------------------
     def read_batch(self) -> ReadResult:
         """One GetRecords call (or the records held back by :meth:`iter_records`)."""

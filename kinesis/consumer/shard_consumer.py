@@ -1,4 +1,9 @@
-"""One thread per held shard lease: a :class:`~kinesis.consumer.reader.ShardReader` feeding a processor.
+"""One thread per held shard lease: a reader feeding a processor.
+
+The reader is a :class:`~kinesis.consumer.reader.ShardReader` (GetRecords polling) or a
+:class:`~kinesis.consumer.fanout_reader.FanOutReader` (Enhanced Fan-Out), picked by
+``StreamConfig.retrieval`` (:mod:`kinesis.consumer.retrieval`); everything below is the same
+for both.
 
 :class:`ConsumerPool` is the worker's :class:`~kinesis.lease_loop.coordinator.LeaseListener`; the lease
 coordinator calls it (on its tick thread) and it starts or stops :class:`ShardConsumer`
@@ -38,15 +43,16 @@ import logging
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Protocol
 
 from botocore.exceptions import BotoCoreError
 
+from kinesis.consumer.consumer_registration import ConsumerRegistration
 from kinesis.consumer.lease_checkpointer import LeaseCheckpointer
-from kinesis.consumer.positions import InitialPosition, Position
+from kinesis.consumer.positions import InitialPosition, Position, StartPosition
 from kinesis.consumer.processing_failures import (
     FailedBatch,
     FailureAction,
@@ -54,8 +60,8 @@ from kinesis.consumer.processing_failures import (
     ProcessorRetryPolicy,
 )
 from kinesis.consumer.processor import InitializationInput, RecordProcessor
-from kinesis.consumer.reader import ShardReader
 from kinesis.consumer.records import Record
+from kinesis.consumer.retrieval import BatchReader, make_reader
 from kinesis.consumer.worker_config import ProcessorFactory, StreamConfig, WorkerConfig
 from kinesis.errors import (
     ConfigurationError,
@@ -230,17 +236,7 @@ class ShardConsumer:
             )
         initial = start if isinstance(start, InitialPosition) else self.spec.start
         processor.initialize(InitializationInput(self.spec.stream, self.shard_id, last, initial))
-        reader = ShardReader(
-            self.pool.kinesis_client,
-            self.spec.stream,
-            self.shard_id,
-            start,
-            max_records=self.pool.config.max_records,
-            idle_backoff=self.pool.config.idle_backoff,
-            stop_event=self._wake,
-            max_attempts=self.pool.config.kinesis_retry_attempts,
-            retry_option="WorkerConfig.kinesis_retry_attempts",
-        )
+        reader = self.pool.make_reader(self.spec, self.shard_id, start, self._wake)
         self.state = "processing"
         try:
             ended = self._loop(reader, processor, checkpointer)
@@ -253,6 +249,8 @@ class ShardConsumer:
                 self._release()
             self._stop_for("lost")
             ended = False
+        finally:
+            reader.close()  # a fan-out subscription ends here, before the lease is passed on
         if ended:
             return
         reason = self.reason
@@ -269,7 +267,7 @@ class ShardConsumer:
             self.state = "lost"
             processor.lease_lost()
 
-    def _loop(self, reader: ShardReader, processor: RecordProcessor, checkpointer: LeaseCheckpointer) -> bool:
+    def _loop(self, reader: BatchReader, processor: RecordProcessor, checkpointer: LeaseCheckpointer) -> bool:
         """Read and process until stopped (False) or the shard ended (True)."""
         coordinator = self.pool.coordinator
         poll = self.pool.poll_interval
@@ -424,9 +422,12 @@ class ConsumerPool:
         kinesis_client: Any,
         processor_factory: ProcessorFactory | None,
         on_shard_end: Callable[[StreamConfig], None] | None = None,
+        registrations: Mapping[str, ConsumerRegistration] | None = None,
     ):
         self.config = config
         self.kinesis_client = kinesis_client
+        self.registrations: Mapping[str, ConsumerRegistration] = registrations or {}
+        """Enhanced Fan-Out consumers by stream key prefix (streams with retrieval="fanout")."""
         self.processor_factory = processor_factory
         self.on_shard_end = on_shard_end
         self.coordinator: LeaseHolder = _NoCoordinator()
@@ -479,6 +480,14 @@ class ConsumerPool:
         return consumer.request_handoff()
 
     # --- used by consumers --------------------------------------------------------------
+
+    def make_reader(self, spec: StreamConfig, shard_id: str, start: StartPosition,
+                    stop_event: threading.Event) -> BatchReader:
+        """The reader for one shard: polling or fan-out, by ``spec.retrieval``."""
+        return make_reader(
+            spec, shard_id, start, kinesis_client=self.kinesis_client, config=self.config,
+            registrations=self.registrations, stop_event=stop_event, max_block=self.poll_interval,
+        )
 
     def is_current(self, consumer: ShardConsumer) -> bool:
         with self._lock:

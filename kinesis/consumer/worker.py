@@ -55,6 +55,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from hashring import Membership
+from kinesis.consumer.consumer_registration import ConsumerRegistration
 from kinesis.consumer.health import HealthServer
 from kinesis.consumer.metrics import build_registry, render
 from kinesis.consumer.shard_consumer import ConsumerPool, ShardStatus
@@ -184,8 +185,18 @@ class Worker:
             for s in config.streams
         }
         self.shard_sync = ShardSync(self.table, [(s, self.discoveries[s.key_prefix]) for s in config.streams])
+        self.registrations = {
+            s.key_prefix: ConsumerRegistration(
+                self.kinesis_client, s.stream, s.effective_consumer_name,
+                max_attempts=config.kinesis_retry_attempts,
+            )
+            for s in config.streams
+            if s.fanout
+        }
+        """Enhanced Fan-Out stream consumers (streams with ``retrieval="fanout"``), by key prefix."""
         self.pool = ConsumerPool(
-            config, self.kinesis_client, processor_factory, on_shard_end=self._shard_ended
+            config, self.kinesis_client, processor_factory, on_shard_end=self._shard_ended,
+            registrations=self.registrations,
         )
         self.coordinator = LeaseCoordinator(
             self.table,
@@ -221,6 +232,8 @@ class Worker:
             self.table.ensure_table()
             for discovery in self.discoveries.values():
                 discovery.list_shards(force=True)  # StreamNotFoundError names the stream
+            for registration in self.registrations.values():
+                registration.ensure()  # register or reuse the fan-out consumer; wait until ACTIVE
             if self._own_membership_thread:
                 assert isinstance(self.membership, DynamoDBMembership)
                 self.membership.start()
@@ -244,7 +257,11 @@ class Worker:
     def startup_line(self) -> str:
         """One line that says who this worker is and how it runs (logged at start)."""
         t = self.config.timing
-        streams = ", ".join(f"{s.application}/{s.stream} from {s.start.kind}" for s in self.config.streams)
+        streams = ", ".join(
+            f"{s.application}/{s.stream} from {s.start.kind}"
+            + (f" (fan-out consumer {s.effective_consumer_name})" if s.fanout else "")
+            for s in self.config.streams
+        )
         return (
             f"worker {self.worker_id} started: table {self.config.table_name}, streams [{streams}], "
             f"membership {type(self.membership).__name__}, lease {t.lease_duration:g} s "
@@ -318,6 +335,8 @@ class Worker:
         if self._health is not None:
             self._health.stop()
             self._health = None
+        if clean and not left:
+            self._deregister_consumers()
         self._stop_result = clean and not left
         with self._lock:
             self._state = "stopped"
@@ -423,6 +442,18 @@ class Worker:
         if self._registry is None:
             return None
         return render(self._registry)
+
+    def _deregister_consumers(self) -> None:
+        """After a clean stop: deregister the fan-out consumers that ask for it."""
+        for spec in self.config.streams:
+            registration = self.registrations.get(spec.key_prefix)
+            if registration is None or not spec.deregister_consumer_on_stop:
+                continue
+            try:
+                registration.deregister()
+            except Exception as exc:  # the stop is clean either way; the consumer stays registered
+                log.warning("worker %s: deregistering stream consumer %r of %s failed: %s",
+                            self.worker_id, spec.effective_consumer_name, spec.stream, exc)
 
     def _shard_ended(self, spec: StreamConfig) -> None:
         self.shard_sync.invalidate(spec.stream)

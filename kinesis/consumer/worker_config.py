@@ -81,6 +81,36 @@ def _initial_position(value: object) -> InitialPosition:
     )
 
 
+RETRIEVALS = ("polling", "fanout")
+_CONSUMER_NAME = re.compile(r"[a-zA-Z0-9_.-]{1,128}")
+
+
+def _check_retrieval(spec: StreamConfig) -> None:
+    if spec.retrieval not in RETRIEVALS:
+        raise ConfigurationError(
+            f"retrieval of stream {spec.stream!r} must be 'polling' (GetRecords) or 'fanout' "
+            f"(Enhanced Fan-Out, SubscribeToShard), got {spec.retrieval!r}"
+        )
+    if not isinstance(spec.deregister_consumer_on_stop, bool):
+        raise ConfigurationError(
+            f"deregister_consumer_on_stop must be True or False, got {spec.deregister_consumer_on_stop!r}"
+        )
+    if not spec.fanout:
+        if spec.consumer_name is not None or spec.deregister_consumer_on_stop:
+            raise ConfigurationError(
+                f"consumer_name and deregister_consumer_on_stop of stream {spec.stream!r} apply to "
+                "Enhanced Fan-Out only: set retrieval='fanout' or leave them unset"
+            )
+        return
+    name = spec.effective_consumer_name
+    if not _CONSUMER_NAME.fullmatch(name):
+        raise ConfigurationError(
+            f"consumer_name of stream {spec.stream!r} must be a Kinesis consumer name (1-128 of "
+            f"a-z A-Z 0-9 _ . -), got {name!r}"
+            + ("" if spec.consumer_name else " (the application name; pass consumer_name=...)")
+        )
+
+
 @dataclass(frozen=True)
 class StreamConfig:
     """One stream consumed by one application (consumer name).
@@ -88,12 +118,22 @@ class StreamConfig:
     ``initial_position`` is where shards without a checkpoint start (KCL's default: LATEST);
     a string such as ``"TRIM_HORIZON"`` or ``"AT_TIMESTAMP:2024-05-01T12:00:00+00:00"`` is
     parsed. ``processor_factory`` overrides the worker's default factory for this stream.
+
+    ``retrieval``: ``"polling"`` (default: GetRecords, shared 2 MB/s per shard) or ``"fanout"``
+    (Enhanced Fan-Out: SubscribeToShard pushes records over a dedicated 2 MB/s per shard and
+    consumer). With ``"fanout"`` the worker registers (or reuses) the stream consumer
+    ``consumer_name`` (default: ``application``) at start and waits until it is ACTIVE;
+    ``deregister_consumer_on_stop`` deregisters it after a clean stop (off by default: other
+    members of the fleet still use it). See ``docs/enhanced-fan-out.md``.
     """
 
     stream: str
     application: str
     initial_position: InitialPosition | str = InitialPosition.LATEST
     processor_factory: ProcessorFactory | None = field(default=None, compare=False)
+    retrieval: str = "polling"
+    consumer_name: str | None = None
+    deregister_consumer_on_stop: bool = False
 
     def __post_init__(self) -> None:
         _check_stream(self.stream)
@@ -104,6 +144,17 @@ class StreamConfig:
                 f"processor_factory of stream {self.stream!r} must be a callable returning a "
                 f"RecordProcessor, got {self.processor_factory!r}"
             )
+        _check_retrieval(self)
+
+    @property
+    def fanout(self) -> bool:
+        """True when this stream is read with Enhanced Fan-Out (SubscribeToShard)."""
+        return self.retrieval == "fanout"
+
+    @property
+    def effective_consumer_name(self) -> str:
+        """The registered stream consumer's name: ``consumer_name``, else ``application``."""
+        return self.consumer_name or self.application
 
     @property
     def start(self) -> InitialPosition:
