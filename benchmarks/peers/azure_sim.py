@@ -32,9 +32,9 @@ import types
 from collections import Counter
 from typing import Any
 
-from azure.eventhub._eventprocessor import in_memory_checkpoint_store as store_mod  # type: ignore[import-not-found]
-from azure.eventhub._eventprocessor import ownership_manager as om_mod  # type: ignore[import-not-found]
-from azure.eventhub._eventprocessor.common import LoadBalancingStrategy  # type: ignore[import-not-found]
+from azure.eventhub._eventprocessor import in_memory_checkpoint_store as store_mod
+from azure.eventhub._eventprocessor import ownership_manager as om_mod
+from azure.eventhub._eventprocessor.common import LoadBalancingStrategy
 
 
 class Clock:
@@ -140,7 +140,7 @@ class Sim:
         for pid in self.partitions:
             o = rows.get(pid)
             alive = o is not None and o["owner_id"] and o["last_modified_time"] + self.timeout >= now
-            out[pid] = o["owner_id"] if alive else None
+            out[pid] = o["owner_id"] if alive and o is not None else None
         return out
 
     def counts(self) -> dict[str, int]:

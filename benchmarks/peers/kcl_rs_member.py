@@ -18,7 +18,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from kcl_rs import RecordProcessorBase, Scheduler  # type: ignore[import-not-found]
+from kcl_rs import RecordProcessorBase, Scheduler
 from peer_ledger import Ledger, install_stop, record_line
 
 
@@ -34,7 +34,7 @@ def main() -> int:
     args = p.parse_args()
     ledger = Ledger(args.out_dir / f"{args.member_id}.ledger")
 
-    class Processor(RecordProcessorBase):  # type: ignore[misc]
+    class Processor(RecordProcessorBase):
         shard = "?"
 
         def initialize(self, i: Any) -> None:
