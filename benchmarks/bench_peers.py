@@ -227,6 +227,10 @@ def main(argv: list[str] | None = None) -> int:
             runs[name]["logs"] = str(out_dir.relative_to(ROOT))
             print(f"  records: {runs[name]['records']}", flush=True)
     results["fleet_model"] = fleet_models()
+    for runs in results["runs"].values():
+        for r in runs.values():
+            if r.get("timeline"):
+                r["timeline"] = changes_only(r["timeline"])
     results["wall_seconds"] = round(time.perf_counter() - wall, 1)
     write_json(args.out, results)
     print_tables(results)
@@ -241,6 +245,14 @@ def main(argv: list[str] | None = None) -> int:
     bad = [f"{size}/{name}" for size, runs in results["runs"].items() for name, r in runs.items()
            if name == "ours" and (r.get("error") or r["records"]["lost"] or r["records"]["other_duplicates"])]
     return 1 if bad else 0
+
+
+def changes_only(timeline: list[Any]) -> list[Any]:
+    """The samples where the leases per member changed (and the last one): the plot is the same."""
+    out = [s for i, s in enumerate(timeline) if i == 0 or s[1] != timeline[i - 1][1]]
+    if timeline and out[-1] is not timeline[-1]:
+        out.append(timeline[-1])
+    return out
 
 
 def lead_rows(results: dict[str, Any]) -> list[dict[str, Any]]:
