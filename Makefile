@@ -48,6 +48,15 @@ lint: venv
 bench: venv
 	$(PY) benchmarks/run_all.py
 
+.PHONY: bench-peers
+## This SDK next to real peers (kcl-rs, async-kinesis, azure-eventhub, Knock's design), one run:
+## builds .venv and each peer's own environment (benchmarks/peers/.venvs), then
+## benchmarks/results/peers.json and PNG plots. BENCH_PEERS_ARGS=--quick shortens the windows,
+## --full adds 64 shards x 8 members.
+bench-peers: venv
+	$(PY) -m benchmarks.peers.envs
+	$(PY) benchmarks/bench_peers.py $(BENCH_PEERS_ARGS)
+
 .PHONY: spark-demo
 ## The Spark pipeline demo: Kinesis source -> per-minute aggregates -> Parquet, checked.
 spark-demo: venv

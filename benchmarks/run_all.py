@@ -36,12 +36,18 @@ class Outcome:
     written: list[str]
 
 
+SEPARATE = {"bench_peers.py"}
+"""Run by their own make target (``make bench-peers`` installs the peers from PyPI), or when
+named by a filter."""
+
+
 def discover(filters: list[str]) -> list[Path]:
-    """The bench_*.py scripts, sorted, whose names contain any of ``filters``."""
+    """The bench_*.py scripts, sorted, whose names contain any of ``filters`` (without
+    filters: all but :data:`SEPARATE`)."""
     scripts = sorted(HERE.glob("bench_*.py"))
     if filters:
-        scripts = [s for s in scripts if any(f in s.stem for f in filters)]
-    return scripts
+        return [s for s in scripts if any(f in s.stem for f in filters)]
+    return [s for s in scripts if s.name not in SEPARATE]
 
 
 def _snapshot() -> dict[str, float]:

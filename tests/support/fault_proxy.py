@@ -11,6 +11,10 @@ retry logic runs exactly as against AWS. Faults are queued per operation (the
 * ``applied_then_reset``: forward, then close the connection without an answer;
 * ``reset``: close the connection without forwarding;
 * ``delay``: wait ``seconds`` before forwarding (a slow answer).
+
+It also counts every request by service and operation (:attr:`FaultProxy.calls`, see
+:func:`classify`), so with no fault queued it is a counting proxy: one per client (member)
+gives per-member request counts of any client, boto3 or not.
 """
 
 from __future__ import annotations
@@ -21,7 +25,7 @@ import random
 import socket
 import threading
 from collections import Counter, deque
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -29,6 +33,31 @@ from typing import Any
 from urllib.parse import urlsplit
 
 KINDS = ("error", "applied_then_error", "applied_then_reset", "reset", "delay")
+_SERVICES = (("dynamodbstreams", "dynamodbstreams"), ("dynamodb", "dynamodb"), ("kinesis", "kinesis"),
+             ("graniteservice", "cloudwatch"))
+
+
+def classify(target: str | None, path: str, body: bytes = b"") -> tuple[str, str]:
+    """(service, operation) of one AWS request.
+
+    JSON protocols name both in ``X-Amz-Target`` (``DynamoDB_20120810.GetItem``,
+    ``Kinesis_20131202.GetRecords``); the RPC v2 CBOR protocol in the path
+    (``/service/GraniteServiceVersion20100801/operation/PutMetricData``); the query protocol
+    in the form body (``Action=PutMetricData``, service unknown: ``"query"``)."""
+    prefix, operation = "", ""
+    if target:
+        prefix, _, operation = target.rpartition(".")
+    elif "/service/" in path and "/operation/" in path:
+        prefix = path.split("/service/", 1)[1].split("/", 1)[0]
+        operation = path.rsplit("/operation/", 1)[1].split("?", 1)[0]
+    elif body.startswith(b"Action=") or b"&Action=" in body:
+        action = body.split(b"Action=", 1)[1].split(b"&", 1)[0].decode(errors="replace")
+        return "query", action
+    else:
+        return "other", path
+    low = prefix.lower()
+    service = next((name for start, name in _SERVICES if low.startswith(start)), low or "other")
+    return service, operation or path
 
 
 @dataclass(frozen=True)
@@ -42,14 +71,20 @@ class Fault:
 class FaultProxy:
     """A threaded proxy on 127.0.0.1; ``endpoint_url`` is what clients should use."""
 
-    def __init__(self, upstream: str, *, json_version: str = "1.0"):
+    def __init__(self, upstream: str, *, json_version: str = "1.0",
+                 relabel: Callable[[str, str, bytes], str] | None = None):
         target = urlsplit(upstream)
         self._host, self._port = target.hostname or "127.0.0.1", target.port or 80
         self._json_version = json_version
+        self._relabel = relabel
+        """Optional (service, operation, body) -> the operation name to count (e.g. to count
+        checkpoint writes apart from other UpdateItems); faults still match the real name."""
         self._lock = threading.Lock()
         self._queues: dict[str, deque[Fault]] = {}
         self._random: tuple[random.Random, float, tuple[str, ...], frozenset[str]] | None = None
         self.requests: Counter[str] = Counter()
+        self.calls: Counter[tuple[str, str]] = Counter()
+        """Requests by (service, operation), faults included."""
         self.injected: Counter[tuple[str, str]] = Counter()
         proxy = self
 
@@ -91,15 +126,21 @@ class FaultProxy:
         with self._lock:
             self._random = (random.Random(seed), rate, kinds, operations) if rate > 0 else None
 
+    def counts(self) -> dict[tuple[str, str], int]:
+        """A copy of :attr:`calls`."""
+        with self._lock:
+            return dict(self.calls)
+
     def pending(self, operation: str) -> int:
         with self._lock:
             return len(self._queues.get(operation, ()))
 
     # --- serving ------------------------------------------------------------------------
 
-    def _pick(self, operation: str) -> Fault | None:
+    def _pick(self, operation: str, service: str = "", label: str | None = None) -> Fault | None:
         with self._lock:
             self.requests[operation] += 1
+            self.calls[(service, label or operation)] += 1
             queue = self._queues.get(operation)
             if queue:
                 return queue.popleft()
@@ -115,8 +156,9 @@ class FaultProxy:
     def _handle(self, handler: BaseHTTPRequestHandler) -> None:
         length = int(handler.headers.get("Content-Length") or 0)
         body = handler.rfile.read(length) if length else b""
-        operation = (handler.headers.get("X-Amz-Target") or handler.path).rsplit(".", 1)[-1]
-        fault = self._pick(operation)
+        service, operation = classify(handler.headers.get("X-Amz-Target"), handler.path, body)
+        label = self._relabel(service, operation, body) if self._relabel is not None else None
+        fault = self._pick(operation, service, label)
         if fault is not None:
             with self._lock:
                 self.injected[(operation, fault.kind)] += 1

@@ -1,0 +1,86 @@
+"""bench_peers.py's figures (matplotlib, Agg): leases per member over time, one panel per
+peer, and reaction times per peer."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt
+
+
+def plot_all(results: dict[str, Any], out_dir: Path) -> list[Path]:
+    out_dir.mkdir(parents=True, exist_ok=True)
+    paths = []
+    for size, runs in results["runs"].items():
+        paths.append(_timelines(size, runs, out_dir / f"peers_leases_{size}.png"))
+        paths.append(_reactions(size, runs, out_dir / f"peers_reactions_{size}.png"))
+    return paths
+
+
+def _timelines(size: str, runs: dict[str, Any], path: Path) -> Path:
+    names = [n for n, r in runs.items() if r.get("timeline")]
+    cols = 2
+    rows = max(1, (len(names) + cols - 1) // cols)
+    fig, axes = plt.subplots(rows, cols, figsize=(12, 2.6 * rows), squeeze=False)
+    for ax, name in zip(axes.flat, names, strict=False):
+        r = runs[name]
+        timeline = r["timeline"]
+        members = sorted({m for _, counts in timeline for m in counts})
+        ts = [t for t, _ in timeline]
+        for m in members:
+            ax.step(ts, [counts.get(m, 0) for _, counts in timeline], where="post", label=m, linewidth=1.2)
+        for phase, t in (r.get("phase_marks_s") or {}).items():
+            ax.axvline(t, color="grey", linestyle=":", linewidth=0.8)
+            ax.text(t, ax.get_ylim()[1] * 0.95, phase, fontsize=6, rotation=90, va="top")
+        sim = "" if r.get("phase_marks_s") else " (simulated clock)"
+        ax.set_title(f"{name}{sim}", fontsize=9)
+        ax.set_xlabel("s", fontsize=8)
+        ax.set_ylabel("leases", fontsize=8)
+        ax.tick_params(labelsize=7)
+        ax.legend(fontsize=6, ncol=5, loc="upper right")
+    for ax in list(axes.flat)[len(names):]:
+        ax.axis("off")
+    fig.suptitle(f"Leases per member over time, {size} (shards x members)", fontsize=10)
+    fig.tight_layout()
+    fig.savefig(path, dpi=90)
+    plt.close(fig)
+    return path
+
+
+REACTIONS = (("cold_start", "balanced_s", "cold start: balanced"), ("join", "balanced_s", "join: balanced"),
+             ("sigterm", "leases_back_s", "SIGTERM: leases held again"),
+             ("sigkill", "leases_back_s", "SIGKILL: leases held again"))
+
+
+def _reactions(size: str, runs: dict[str, Any], path: Path) -> Path:
+    names = [n for n, r in runs.items() if "phases" in r]
+    fig, ax = plt.subplots(figsize=(12, 4))
+    width = 0.8 / max(1, len(names))
+    cap = 0.0
+    for name in names:
+        values = [runs[name]["phases"][p].get(k) for p, k, _ in REACTIONS]
+        cap = max([cap, *(v for v in values if v is not None)])
+    cap = cap * 1.1 or 1.0
+    for i, name in enumerate(names):
+        values = [runs[name]["phases"][p].get(k) for p, k, _ in REACTIONS]
+        xs = [j + i * width for j in range(len(REACTIONS))]
+        bars = ax.bar(xs, [cap if v is None else v for v in values], width, label=name,
+                      hatch=None, alpha=0.9)
+        for bar, v in zip(bars, values, strict=True):
+            if v is None:
+                bar.set_alpha(0.25)
+                bar.set_hatch("//")
+            ax.text(bar.get_x() + bar.get_width() / 2, bar.get_height(), "never" if v is None else f"{v:g}",
+                    ha="center", va="bottom", fontsize=6)
+    ax.set_xticks([j + 0.4 - width / 2 for j in range(len(REACTIONS))], [label for _, _, label in REACTIONS])
+    ax.set_ylabel("seconds (hatched: not reached in the phase)")
+    ax.set_title(f"Reaction times per peer, {size}", fontsize=10)
+    ax.legend(fontsize=7, ncol=4)
+    fig.tight_layout()
+    fig.savefig(path, dpi=90)
+    plt.close(fig)
+    return path
