@@ -1,6 +1,6 @@
 """Lease loops on a simulated clock (moto over HTTP, discrete events, as in
 ``benchmarks/bench_leases.py``): Knock's design, emulated with this SDK's pieces, next to
-this SDK's :class:`~kinesis.coordinator.LeaseCoordinator` in the same harness.
+this SDK's :class:`~kinesis.lease_loop.coordinator.LeaseCoordinator` in the same harness.
 
 Knock's design, as the issue states it: every member hashes each (consumer, shard) key with
 the ``range`` strategy (``hashring.placement.RangePlacement``: the keyspace split into N
@@ -24,10 +24,10 @@ from typing import Any
 from benchmarks.bench_leases import SCAN, TICK, D, OurMember, Scheduler, counted_table
 from hashring.hashing import key_hash
 from hashring.placement import make_strategy
-from kinesis.clock import FakeClock
 from kinesis.errors import LeaseLostError
-from kinesis.lease_model import Lease
-from kinesis.leases import LeaseTable
+from kinesis.lease_loop.clock import FakeClock
+from kinesis.lease_loop.lease_model import Lease
+from kinesis.lease_loop.leases import LeaseTable
 from kinesis.testing import LocalAWS
 
 CONSUMER = "bench-app"
