@@ -1,7 +1,7 @@
 """An embedded AWS (moto server) on 127.0.0.1 for tests, demos and local runs.
 
 boto3 talks real HTTP to it, exactly as to AWS except for ``endpoint_url``.
-Needs the ``dev`` extra (``pip install 'kinesis-hashring[dev]'``).
+Needs the ``testing`` extra (``pip install 'kinesis-hashring[testing]'``: moto's server only).
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ class LocalAWS:
             from moto.server import ThreadedMotoServer
         except ImportError as exc:  # pragma: no cover - depends on the install
             raise ConfigurationError(
-                "the embedded AWS needs moto: pip install 'kinesis-hashring[dev]'"
+                "the embedded AWS needs moto's server: pip install 'kinesis-hashring[testing]'"
             ) from exc
         self.region = region
         self._server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
