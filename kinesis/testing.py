@@ -6,6 +6,7 @@ Needs the ``testing`` extra (``pip install 'kinesis-hashring[testing]'``: moto's
 
 from __future__ import annotations
 
+import logging
 import urllib.request
 from typing import Any
 
@@ -34,6 +35,9 @@ class LocalAWS:
 
     def start(self) -> LocalAWS:
         """Start serving; ``endpoint_url`` is set once this returns."""
+        werkzeug = logging.getLogger("werkzeug")
+        if werkzeug.level == logging.NOTSET:  # one INFO line per request otherwise
+            werkzeug.setLevel(logging.WARNING)
         self._server.start()
         host, port = self._server.get_host_and_port()
         self.endpoint_url = f"http://{host}:{port}"

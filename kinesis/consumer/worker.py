@@ -249,7 +249,7 @@ class Worker:
         return (
             f"worker {self.worker_id} started: table {self.config.table_name}, streams [{streams}], "
             f"membership {type(self.membership).__name__}, lease {t.lease_duration:g} s "
-            f"(tick {t.tick_interval:g} s, light rounds {t.scan_interval:g} s), replicas "
+            f"(tick {t.tick_interval:.3g} s, light rounds {t.scan_interval:.3g} s), replicas "
             f"{self.config.replicas}, health {self.health_url or 'off'}"
         )
 

@@ -1110,12 +1110,12 @@ class LeaseCoordinator:
             sender = row.handed_off_by if row is not None and row.owner == self.member_id else None
             return f"adopted lease {key} handed off by {sender or 'another member'}"
         if kind == "takeovers":
-            return f"took over lease {key} from {before} (not renewed for a lease duration)"
+            return f"took over lease {key} from {before}, not renewed for a lease duration"
         if kind == "orphans_taken":
             return f"took orphaned lease {key} from {before or 'nobody'}"
         if kind == "offers_withdrawn":
-            return f"took back lease {key} offered to {before} (not adopted within adopt_timeout)"
-        return f"acquired lease {key} ({'new row' if kind == 'created' else 'free'})"
+            return f"took back lease {key} offered to {before}, not adopted within adopt_timeout"
+        return f"acquired {'new' if kind == 'created' else 'free'} lease {key}"
 
     def _handoffs(
         self, plan: Assignment | None, keys: list[str], snapshot: TableSnapshot, now: float
