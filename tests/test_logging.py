@@ -121,3 +121,28 @@ def test_a_deleted_stream_is_logged_in_full_once_then_one_line_per_retry_without
     waits = [float(m) for m in re.findall(r"retrying in ([\d.]+) s", " ".join(r.getMessage() for r in failed))]
     assert waits == sorted(waits) and waits[-1] > waits[0], f"backs off: {waits}"
     assert not [r for r in caplog.records if r.exc_info], "no traceback for a named error"
+
+
+def test_a_member_back_from_a_pause_logs_each_lost_lease_with_its_new_owner(
+        aws: LocalAWS, caplog: pytest.LogCaptureFixture) -> None:
+    from kinesis.lease_loop.leases import LeaseTable
+    from tests.coordinator_fleet import Fleet, shared_client
+
+    table = LeaseTable.open(shared_client(aws), "logging-test")
+    fleet = Fleet(table, [f"queue-{i}" for i in range(4)], ["a", "b"], replicas=1)
+    fleet.round()
+    paused = set(fleet.coordinators["b"].held_keys())
+    assert paused
+    fleet.crash("b")  # b stops ticking (a long GC pause, SIGSTOP): a takes its leases over
+    caplog.set_level(logging.INFO, logger=COORDINATOR)
+    for _ in range(20):
+        fleet.round()
+        if set(fleet.coordinators["a"].held_keys()) >= paused:
+            break
+    taken = lines(caplog, COORDINATOR, "a: took over lease")
+    assert {m.split("took over lease ")[1].split(" from b,")[0] for m in taken} == paused
+    fleet.crashed.discard("b")  # b wakes up and renews what it thinks it holds
+    fleet.tick("b")
+    lost = [r for r in caplog.records if r.name == COORDINATOR and r.getMessage().startswith("b: lost lease")]
+    assert {r.getMessage().split()[3] for r in lost} == paused
+    assert all("now owner 'a'" in r.getMessage() and r.levelno == logging.WARNING for r in lost)
