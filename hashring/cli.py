@@ -38,6 +38,7 @@ app = typer.Typer(
     help="Consistent-hashing lease placement: simulate strategies, explain ownership.",
     no_args_is_help=True,
     add_completion=False,
+    rich_markup_mode=None,  # click's help: flags show as flags (rich panels print "--json <bool>")
 )
 
 
@@ -117,6 +118,16 @@ def simulate(
     strategies = _names(strategy, "--strategy", SIM_STRATEGIES)
     if vnodes < 1:
         _bad(f"must be >= 1, got {vnodes}", "--vnodes")
+    if plot is not None:  # fail before a simulation that can take minutes
+        from hashring.sim.plot import PlotUnavailableError, require_matplotlib
+
+        try:
+            require_matplotlib()
+        except PlotUnavailableError as exc:
+            _bad(str(exc), "--plot")
+        if not plot.parent.is_dir():
+            _bad(f"directory {str(plot.parent)!r} does not exist: create it or write the figure "
+                 "elsewhere", "--plot")
     try:
         report = run_grid(k_list, n_list, scenarios, strategies, seed=seed, vnodes=vnodes,
                           consumer=consumer)

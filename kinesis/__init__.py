@@ -44,6 +44,7 @@ from kinesis.lease_loop.lease_model import (
 )
 from kinesis.lease_loop.leases import LeaseTable
 from kinesis.lease_loop.membership import DynamoDBMembership
+from kinesis.log_setup import setup_logging
 
 __all__ = [
     "LATEST",
@@ -97,5 +98,6 @@ __all__ = [
     "lease_key",
     "read_range",
     "ready_shards",
+    "setup_logging",
     "shard_order",
 ]

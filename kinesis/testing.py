@@ -1,11 +1,12 @@
 """An embedded AWS (moto server) on 127.0.0.1 for tests, demos and local runs.
 
 boto3 talks real HTTP to it, exactly as to AWS except for ``endpoint_url``.
-Needs the ``dev`` extra (``pip install 'kinesis-hashring[dev]'``).
+Needs the ``testing`` extra (``pip install 'kinesis-hashring[testing]'``: moto's server only).
 """
 
 from __future__ import annotations
 
+import logging
 import urllib.request
 from typing import Any
 
@@ -26,7 +27,7 @@ class LocalAWS:
             from moto.server import ThreadedMotoServer
         except ImportError as exc:  # pragma: no cover - depends on the install
             raise ConfigurationError(
-                "the embedded AWS needs moto: pip install 'kinesis-hashring[dev]'"
+                "the embedded AWS needs moto's server: pip install 'kinesis-hashring[testing]'"
             ) from exc
         self.region = region
         self._server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
@@ -34,6 +35,9 @@ class LocalAWS:
 
     def start(self) -> LocalAWS:
         """Start serving; ``endpoint_url`` is set once this returns."""
+        werkzeug = logging.getLogger("werkzeug")
+        if werkzeug.level == logging.NOTSET:  # one INFO line per request otherwise
+            werkzeug.setLevel(logging.WARNING)
         self._server.start()
         host, port = self._server.get_host_and_port()
         self.endpoint_url = f"http://{host}:{port}"

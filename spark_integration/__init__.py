@@ -13,7 +13,11 @@ __all__ = ["register"]
 
 
 def register(spark: Any) -> None:
-    """Register the ``kinesis`` format on a ``SparkSession`` (needs the ``spark`` extra)."""
+    """Register the ``kinesis`` format on a ``SparkSession`` (needs the ``spark`` extra).
+
+    With a local master, first checks that Spark's Python workers (``PYSPARK_PYTHON``) can
+    import this package, and raises ``ConfigurationError`` naming the variable if not.
+    """
     try:
         from spark_integration.source import register as _register
     except ImportError as exc:
@@ -26,4 +30,7 @@ def register(spark: Any) -> None:
             "pip install 'kinesis-hashring[spark]'"
         ) from exc
 
+    from spark_integration.worker_python import check_worker_python
+
+    check_worker_python(spark)
     _register(spark)

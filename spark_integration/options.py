@@ -70,7 +70,7 @@ _BYTE_UNITS = {"": 1, "b": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30}
 #: Kinesis returns at most 10,000 records per GetRecords call; a micro-batch may take more
 #: (several calls) but a cap above this keeps a single shard from starving the others.
 DEFAULT_MAX_RECORDS_PER_SHARD = 10_000
-MAX_RECORDS_PER_SHARD_LIMIT = 1_000_000
+MAX_RECORDS_PER_SHARD_LIMIT = 10_000  # GetRecords returns at most 10,000 records a call
 #: Records the driver read ahead ride in the input partition up to this many (Arrow) bytes;
 #: beyond it the executor reads the range from Kinesis again. Spark logs a warning for tasks
 #: over 1000 KiB and refuses serialized tasks over ``spark.rpc.message.maxSize`` (128 MiB).
@@ -354,6 +354,9 @@ def _group(opts: Mapping[str, str], *, streaming: bool) -> GroupOptions | None:
     if kind not in ("static", "kubernetes", "dynamodb"):
         raise _fail("membership", f"{kind!r} is not one of static, kubernetes, dynamodb")
     member = (opts.get("memberid") or "").strip() or _default_member_id(kind)
+    if any(c.isspace() for c in member):
+        raise _fail("memberId", f"{member!r} may not contain whitespace: it names this application "
+                    "in the lease table and in 'members'; use e.g. 'orders-driver-1'")
     members: tuple[str, ...] = ()
     if kind == "static":
         raw = opts.get("members") or ""

@@ -607,6 +607,7 @@ def test_processor_initialize_raises(aws: LocalAWS, caplog: pytest.LogCaptureFix
     assert counters["processor_errors"] == 2 and counters["consumers_started"] == 3
     failed = [r for r in caplog.records if "shard consumer failed" in r.getMessage()]
     assert len(failed) == 2 and failed[0].exc_info is not None
+    assert not failed[1].exc_info, "the same failure again: one line, no second traceback"
     assert "initialize failed" in str(failed[0].exc_info[1])
 
 

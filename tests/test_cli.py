@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import sys
 from pathlib import Path
 
@@ -96,11 +97,42 @@ def test_simulate_plot_without_matplotlib_says_how_to_fix(
 ) -> None:
     monkeypatch.setitem(sys.modules, "matplotlib", None)
     monkeypatch.setitem(sys.modules, "matplotlib.figure", None)
+    simulated: list[object] = []
+    monkeypatch.setattr("hashring.cli.run_grid", lambda *a, **kw: simulated.append(a))
     target = tmp_path / "x.png"
     result = runner.invoke(app, ["simulate", "-k", "20", "-n", "3", "--plot", str(target)])
     assert result.exit_code == 2
-    assert "kinesis-hashring[plot]" in flat(result.output)
+    assert "kinesis-hashring[plot]" in flat(result.output) and "--plot" in result.output
+    assert simulated == [], "refused before the simulation runs"
     assert not target.exists()
+
+
+def test_simulate_plot_into_a_missing_directory_fails_before_simulating(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    simulated: list[object] = []
+    monkeypatch.setattr("hashring.cli.run_grid", lambda *a, **kw: simulated.append(a))
+    result = runner.invoke(app, ["simulate", "--plot", str(tmp_path / "nope" / "x.png")])
+    assert result.exit_code == 2 and simulated == []
+    assert "does not exist" in flat(result.output)
+
+
+@pytest.mark.parametrize("command", ["simulate", "explain"])
+def test_help_shows_boolean_options_as_flags(command: str) -> None:
+    from hashring.cli import app as cli_app
+
+    result = runner.invoke(cli_app, [command, "--help"])
+    assert result.exit_code == 0, result.output
+    assert "<bool>" not in result.output and "BOOLEAN" not in result.output
+    assert re.search(r"^  --json +Print JSON", result.output, re.M), result.output
+    if command == "simulate":
+        assert re.search(r"^  --summary-only +Print only", result.output, re.M)
+
+
+def test_flags_take_no_value() -> None:
+    result = runner.invoke(app, ["explain", "-m", "a,b", "-c", "orders", "--shards", "2", "--json"])
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.stdout)["members"] == ["a", "b"]
 
 
 # --- explain ------------------------------------------------------------------------------

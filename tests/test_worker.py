@@ -10,6 +10,7 @@ import signal
 import threading
 import urllib.error
 import urllib.request
+from collections.abc import Iterator
 from datetime import UTC, datetime
 from typing import Any
 
@@ -311,11 +312,24 @@ def one_shard(aws: LocalAWS) -> Any:
     return kinesis
 
 
+_POOLS: list[ConsumerPool] = []
+
+
+@pytest.fixture(autouse=True)
+def _halt_pools() -> Iterator[None]:
+    """Stop the consumers a test's pool started: they would otherwise keep reading (and
+    logging) after the test, e.g. retrying a stream the next test's fixture deleted."""
+    yield
+    while _POOLS:
+        _POOLS.pop().halt_all(5.0)
+
+
 def _pool(kinesis: Any, journal: Journal, holder: FakeHolder, **cfg: Any) -> tuple[ConsumerPool, list[StreamConfig]]:
     ended: list[StreamConfig] = []
     config = WorkerConfig("leases", [stream_config()], lease_duration=1.5, idle_backoff=0.05, **cfg)
     pool = ConsumerPool(config, kinesis, lambda: Probe(journal, "w1"), on_shard_end=ended.append)
     pool.coordinator = holder
+    _POOLS.append(pool)
     return pool, ended
 
 

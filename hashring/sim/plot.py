@@ -26,6 +26,11 @@ _PANELS: tuple[tuple[str, str, str, bool], ...] = (
 )
 
 
+def require_matplotlib() -> None:
+    """Raise :class:`PlotUnavailableError` (naming the ``plot`` extra) without matplotlib."""
+    _import_figure()
+
+
 def _import_figure() -> Any:
     try:
         from matplotlib.figure import Figure

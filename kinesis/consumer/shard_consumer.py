@@ -69,11 +69,19 @@ from kinesis.errors import (
     KinesisHashRingError,
     KinesisRetriesExhaustedError,
     LeaseLostError,
+    ShardNotFoundError,
     StreamNotActiveError,
+    StreamNotFoundError,
 )
 from kinesis.lease_loop.lease_model import Checkpoint, Lease
 
 log = logging.getLogger(__name__)
+
+READ_ERRORS = (KinesisRetriesExhaustedError, KinesisAccessDeniedError, StreamNotActiveError,
+               StreamNotFoundError, ShardNotFoundError, BotoCoreError)
+"""Read failures a consumer waits out with the lease kept (another member would fail alike)."""
+MAX_READ_BACKOFF = 30.0
+"""The longest wait between two reads that failed (the wait doubles from ``idle_backoff``)."""
 
 
 class LeaseHolder(Protocol):
@@ -199,8 +207,10 @@ class ShardConsumer:
                     if self.reason is not None:
                         return
             self._consume()
-        except Exception:
-            log.exception("%s: shard consumer failed", self.key)
+        except Exception as exc:
+            log.error("%s: shard consumer failed (the lease is released and taken again from its "
+                      "last checkpoint): %s: %s", self.key, type(exc).__name__, exc,
+                      exc_info=self.pool.first_failure(self.key, exc))
             self.state = "failed"
             self.pool.count("processor_errors")
             self._release()
@@ -271,20 +281,32 @@ class ShardConsumer:
         """Read and process until stopped (False) or the shard ended (True)."""
         coordinator = self.pool.coordinator
         poll = self.pool.poll_interval
+        failures, last_error = 0, ""
         while self.reason is None:
             if not coordinator.holds(self.key):
                 self._wake.wait(poll)  # renewals late: pause until renewed, lost or stopped
                 continue
             try:
                 batch = reader.read_batch()
-            except (KinesisRetriesExhaustedError, KinesisAccessDeniedError, StreamNotActiveError,
-                    BotoCoreError) as exc:
-                # keep the lease and read again from the same position: nothing is skipped, and
-                # another member (with the same policy) would fail the same way
+            except READ_ERRORS as exc:
+                # keep the lease and read again from the same position, backing off: nothing
+                # is skipped, and another member (with the same policy) would fail the same way
+                failures += 1
                 self.pool.count("read_errors")
-                log.warning("%s: read failed, retrying: %s", self.key, exc)
-                self._wake.wait(max(poll, self.pool.config.idle_backoff))
+                delay = min(MAX_READ_BACKOFF, max(poll, self.pool.config.idle_backoff) * 2 ** (failures - 1))
+                error = f"{type(exc).__name__}: {exc}"
+                if error != last_error:  # the whole message (and a traceback if unexpected) once
+                    log.warning("%s: read failed (attempt %d, retrying in %.1f s; the lease is kept): %s",
+                                self.key, failures, delay, error, exc_info=isinstance(exc, BotoCoreError))
+                else:
+                    log.warning("%s: read failed again (attempt %d, retrying in %.1f s): %s",
+                                self.key, failures, delay, type(exc).__name__)
+                last_error = error
+                self._wake.wait(delay)
                 continue
+            if failures:
+                log.info("%s: reads resumed after %d failed attempts", self.key, failures)
+                failures, last_error = 0, ""
             if batch.stopped or self.reason is not None:
                 break  # records read but not delivered are read again by the next owner
             if not coordinator.holds(self.key) and not self._wait_to_retry(0):
@@ -434,6 +456,7 @@ class ConsumerPool:
         self.poll_interval = config.effective_tick_interval / 2
         self._consumers: dict[str, ShardConsumer] = {}
         self._lock = threading.Lock()
+        self._failures_logged: set[tuple[str, str, str]] = set()
         self.counters: Counter[str] = Counter(
             {
                 "processor_errors": 0,
@@ -488,6 +511,15 @@ class ConsumerPool:
             spec, shard_id, start, kinesis_client=self.kinesis_client, config=self.config,
             registrations=self.registrations, stop_event=stop_event, max_block=self.poll_interval,
         )
+
+    def first_failure(self, key: str, exc: BaseException) -> bool:
+        """True the first time ``key`` fails with this error (log its traceback once)."""
+        seen = (key, type(exc).__name__, str(exc))
+        with self._lock:
+            if seen in self._failures_logged:
+                return False
+            self._failures_logged.add(seen)
+            return True
 
     def is_current(self, consumer: ShardConsumer) -> bool:
         with self._lock:

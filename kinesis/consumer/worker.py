@@ -75,6 +75,7 @@ from kinesis.lease_loop.clock import MONOTONIC, Clock
 from kinesis.lease_loop.coordinator import LeaseCoordinator
 from kinesis.lease_loop.leases import LeaseTable
 from kinesis.lease_loop.membership import DynamoDBMembership
+from kinesis.log_setup import setup_logging
 
 log = logging.getLogger(__name__)
 
@@ -265,15 +266,20 @@ class Worker:
         return (
             f"worker {self.worker_id} started: table {self.config.table_name}, streams [{streams}], "
             f"membership {type(self.membership).__name__}, lease {t.lease_duration:g} s "
-            f"(tick {t.tick_interval:g} s, light rounds {t.scan_interval:g} s), replicas "
+            f"(tick {t.tick_interval:.3g} s, light rounds {t.scan_interval:.3g} s), replicas "
             f"{self.config.replicas}, health {self.health_url or 'off'}"
         )
 
-    def run(self, *, install_signal_handlers: bool = True) -> bool:
+    def run(self, *, install_signal_handlers: bool = True, configure_logging: bool = True) -> bool:
         """Start (if needed), block until SIGTERM/SIGINT or :meth:`request_stop`, then stop gracefully.
 
-        Returns what :meth:`stop` returns: True if every lease was handed off in time.
+        ``configure_logging``: call :func:`kinesis.setup_logging` (INFO with timestamps to
+        stderr), which does nothing if the application already configured logging; pass False
+        to leave logging alone. Returns what :meth:`stop` returns: True if every lease was
+        handed off in time.
         """
+        if configure_logging:
+            setup_logging()
         if self._state == "new":
             self.start()
         if install_signal_handlers:

@@ -892,7 +892,7 @@ class LeaseCoordinator:
                 self._count("renewals")
                 return False
             except LeaseLostError as exc:
-                log.warning("%s: lost lease %s: %s", self.member_id, key, exc)
+                log.warning("%s: lost lease %s (another member took it): %s", self.member_id, key, exc)
             except KinesisHashRingError as exc:
                 self._count("renew_failures")
                 log.warning("%s: could not renew %s: %s", self.member_id, key, exc)
@@ -1107,7 +1107,7 @@ class LeaseCoordinator:
             else:
                 self._fresh.add(key)
         self._count(kind)
-        log.info("%s: %s lease %s (counter %d)", self.member_id, kind, key, lease.counter)
+        log.info("%s: %s (counter %d)", self.member_id, self._acquired_how(key, kind), lease.counter)
         if h.started and not self._call_listener("on_lease_acquired", lease):
             with h.lock:
                 if not h.gone:
@@ -1118,6 +1118,23 @@ class LeaseCoordinator:
                         pass
                     h.gone = True
             self._forget(key, h, notify=False)
+
+    def _acquired_how(self, key: str, kind: str) -> str:
+        """How ``key`` was acquired and from whom, for the log (the row as last read)."""
+        with self._lock:
+            seen = self._seen.get(key)
+        before = seen.owner if seen is not None else None
+        if kind == "adopted":
+            row = self._last_full.leases.get(key) if self._last_full is not None else None
+            sender = row.handed_off_by if row is not None and row.owner == self.member_id else None
+            return f"adopted lease {key} handed off by {sender or 'another member'}"
+        if kind == "takeovers":
+            return f"took over lease {key} from {before}, not renewed for a lease duration"
+        if kind == "orphans_taken":
+            return f"took orphaned lease {key} from {before or 'nobody'}"
+        if kind == "offers_withdrawn":
+            return f"took back lease {key} offered to {before}, not adopted within adopt_timeout"
+        return f"acquired {'new' if kind == 'created' else 'free'} lease {key}"
 
     def _handoffs(
         self, plan: Assignment | None, keys: list[str], snapshot: TableSnapshot, now: float
