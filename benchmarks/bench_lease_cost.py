@@ -278,7 +278,8 @@ def model_scoped(k: int, n: int, s: Sizes = Sizes(), lease: float = D, *,
     scan each) every ``sweep`` (``None``: leave the sweep out, as a window between sweeps
     measures); renewals as today; membership outside DynamoDB."""
     tick = lease / 3
-    check = lease / 2 if check is None else check
+    # a check runs on the first round (a tick or a light round, lease / 9 apart) after it is due
+    check = (lease / 2 if check is None else check) + lease / 18
     watched = min(replicas, n - 1)
     per_item = 0.5 * max(1, math.ceil(s.lease_row / RCU_BYTES))
     renew = k / tick

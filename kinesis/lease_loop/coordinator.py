@@ -804,7 +804,7 @@ class LeaseCoordinator:
         ready = self.member_id in listed and not self._stopping
         plan = self._plan(self._plan_members(listed, ready), keys, self._last_full)
         now = self.clock()
-        if plan is not self.last_plan:
+        if self._scoped.inputs_changed():
             self._plan_changed_at = now
             if plan is not None:
                 self._scoped.plan_changed(self.last_plan, plan)

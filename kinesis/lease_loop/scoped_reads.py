@@ -47,6 +47,7 @@ class ScopedReads:
         self._members: tuple[str, ...] = ()
         self._keys: tuple[list[str], tuple[str, ...]] | None = None
         self._watched: tuple[Assignment, int, Assignment] | None = None
+        self._last_inputs: tuple[tuple[str, ...], tuple[str, ...]] | None = None
 
     def watched(self, base: Assignment, replicas: int) -> Assignment:
         """``base`` with successor backups (:func:`hashring.watched_by_successors`): this
@@ -107,6 +108,18 @@ class ScopedReads:
                     self.stalled.add(holder)
             else:
                 self.stalled.discard(holder)
+
+    def inputs_changed(self) -> bool:
+        """Whether the plan's inputs (the members and keys last passed to
+        :meth:`members_tuple` and :meth:`keys_tuple`) differ from the last call's. Compared by
+        content, not by plan identity: a planner cache shared by many members in one process
+        may hand out a new but equal plan."""
+        current = (self._members, self._keys[1] if self._keys is not None else ())
+        last = self._last_inputs
+        self._last_inputs = current
+        if last is None:
+            return True
+        return not all(a is b or a == b for a, b in zip(current, last, strict=True))
 
     def plan_changed(self, old: Assignment | None, new: Assignment) -> None:
         """A member new to the plan is read in full by its watchers until it is seen writing
