@@ -66,6 +66,15 @@ class Run:
         for line in stream:
             sink.append(line.rstrip("\n"))
 
+    def wait_for(self, predicate: Any, timeout: float, what: str) -> Any:
+        """``eventually``, with the process's exit code and output in the failure message."""
+        try:
+            return eventually(predicate, timeout, what)
+        except AssertionError as exc:
+            raise AssertionError(f"{exc}; exit code {self.proc.poll()}\nstdout:\n"
+                                 + "\n".join(self.out[-20:]) + "\nstderr:\n"
+                                 + "\n".join(self.err[-60:])) from None
+
     def stop(self) -> int:
         """Ctrl-C, as the README says; the exit code."""
         self.proc.send_signal(signal.SIGINT)
@@ -116,8 +125,8 @@ def test_local_run_py_processes_the_records_and_stops_cleanly_on_ctrl_c(tmp_path
     script = tmp_path / "local_run.py"
     script.write_text(code.replace("health_port=8080", f"health_port={port}"))
     with running(script, env_without_aws()) as run:
-        eventually(lambda: sum("b'event " in line for line in run.out) >= 10, 60, "10 records printed")
-        state = eventually(lambda: processed(status(port), 10), 30, "/status counts 10 records")
+        run.wait_for(lambda: sum("b'event " in line for line in run.out) >= 10, 120, "10 records printed")
+        state = run.wait_for(lambda: processed(status(port), 10), 30, "/status counts 10 records")
         assert len(state["held"]) == 2 and state["ready"]
         assert run.stop() == 0, "\n".join(run.err)
     printed = sorted(line.split(" ", 2)[2] for line in run.out)
@@ -144,9 +153,9 @@ def test_worker_py_against_a_standalone_server_with_the_one_line_producer(tmp_pa
         script.write_text(code.replace(STANDALONE, server.endpoint_url)
                           .replace("health_port=8080", f"health_port={port}"))
         with running(script, env) as run:
-            eventually(lambda: _ready(port), 60, "the worker is ready")
+            run.wait_for(lambda: _ready(port), 60, "the worker is ready")
             shell(produce, server.endpoint_url, env)
-            eventually(lambda: any("b'hello'" in line for line in run.out), 60, "the record printed")
+            run.wait_for(lambda: any("b'hello'" in line for line in run.out), 60, "the record printed")
             assert run.stop() == 0, "\n".join(run.err)
     assert "stopped (clean)" in "\n".join(run.err)
 
