@@ -6,7 +6,10 @@ Two parts:
    discrete-event loop, as in ``bench_leases.py``): steady state (no data, no membership
    change) of ``LeaseCoordinator`` members (StaticMembership, replicas=1, default timing) at
    200 and 2,000 leases with 20 members, with ``reads="scan"`` (today's default: a scan
-   every round) and ``reads="scoped"`` (no scan in steady state). Every DynamoDB call of every member is
+   every round), ``reads="scoped"`` (no scan in steady state) and ``manifest`` (scoped reads with
+   the Worker's shard manifest as the resource provider: one member lists a moto stream of that
+   many shards and publishes the manifest, the others poll its head row, as a
+   ``WorkerConfig(reads="scoped")`` does). Every DynamoDB call of every member is
    counted by operation, with its read and write capacity units computed from the items it
    returned or wrote (DynamoDB's item-size rules: 4 KB per RCU, a Scan or Query charged
    on the sum of its items per page, BatchGetItem and GetItem per item; 1 KB per WCU).
@@ -14,8 +17,7 @@ Two parts:
    (requests and RCU within 10%), then run at 1,000 x 100, 10,000 x 1,000 and
    100,000 x 10,000 next to KCL 3.x's design (a leader scans the table every 20 s,
    workers query a key-only ``leaseOwner`` index every 10 s; renewals every 10/3 s) and
-   next to the fleet-scale design of issue 10 (no scans in steady state; see
-   ``docs/fleet-scale.md``), all with the same item sizes.
+   all with the same item sizes (``docs/fleet-scale.md``).
 
     .venv/bin/python benchmarks/bench_lease_cost.py [--quick]
 
@@ -44,6 +46,9 @@ if str(ROOT) not in sys.path:
 from benchmarks.bench_leases import SCAN, TICK, D, Scheduler  # noqa: E402
 from benchmarks.report import write_json  # noqa: E402
 from hashring import StaticMembership  # noqa: E402
+from kinesis.consumer.shard_manifest import ShardManifestSync  # noqa: E402
+from kinesis.consumer.shards import ShardDiscovery  # noqa: E402
+from kinesis.consumer.worker_config import StreamConfig  # noqa: E402
 from kinesis.lease_loop.clock import FakeClock  # noqa: E402
 from kinesis.lease_loop.coordinator import LeaseCoordinator  # noqa: E402
 from kinesis.lease_loop.leases import LeaseTable  # noqa: E402
@@ -53,6 +58,7 @@ RESULTS = ROOT / "benchmarks" / "results" / "lease_cost.json"
 KB = 1024
 RCU_BYTES = 4 * KB
 SCAN_PAGE = 1024 * KB
+SHARD_SYNC = 30.0  # WorkerConfig.shard_sync_interval's default (the manifest is polled every half of it)
 
 
 # --- DynamoDB capacity accounting ------------------------------------------------------
@@ -140,7 +146,8 @@ def metered_table(aws: LocalAWS, name: str, usage: Usage) -> LeaseTable:
 
 def measure(aws: LocalAWS, n_keys: int, n_members: int, window: float, reads: str) -> dict[str, Any]:
     """Steady-state usage per member per minute of the loop with ``reads`` ("scan": today's
-    default; "scoped": no scan in steady state), members listed by a StaticMembership."""
+    default; "scoped": no scan in steady state; "manifest": scoped, keys from the shard
+    manifest of a moto stream with ``n_keys`` shards), members listed by a StaticMembership."""
     name = f"cost-{reads}-{n_keys}-{n_members}-{time.monotonic_ns()}"
     observer = LeaseTable.open(aws.client("dynamodb"), name)
     clock = FakeClock(0.0)
@@ -149,11 +156,22 @@ def measure(aws: LocalAWS, n_keys: int, n_members: int, window: float, reads: st
     names = [f"member-{i:02d}" for i in range(n_members)]
     usages = {m: Usage.new() for m in names}
     coordinators: dict[str, LeaseCoordinator] = {}
+    stream = StreamConfig(name, "app", "TRIM_HORIZON")
+    if reads == "manifest":
+        aws.client("kinesis").create_stream(StreamName=name, ShardCount=n_keys)
     for i, member in enumerate(names):
         table = metered_table(aws, name, usages[member])
         membership = StaticMembership(names, member)
-        coordinator = LeaseCoordinator(table, membership, keys, lease_duration=D, replicas=1, clock=clock,
-                                       reads=reads)
+        resources: Any = keys
+        if reads == "manifest":
+            discovery = ShardDiscovery(aws.client("kinesis"), name, cache_ttl=SHARD_SYNC)
+            resources = ShardManifestSync(
+                table, [(stream, discovery)], member_id=member, membership=membership, lease_duration=D,
+                tick_interval=TICK, shard_sync_interval=SHARD_SYNC, replicas=1, clock=clock,
+                wall_clock=lambda: 1e9 + clock(),
+            )
+        coordinator = LeaseCoordinator(table, membership, resources, lease_duration=D, replicas=1, clock=clock,
+                                       reads="scan" if reads == "scan" else "scoped")
         coordinators[member] = coordinator
         phase = i * TICK / n_members
         scheduler.every(f"{member}/tick", phase, TICK, coordinator.tick)
@@ -163,6 +181,7 @@ def measure(aws: LocalAWS, n_keys: int, n_members: int, window: float, reads: st
     def settled() -> bool:
         counts = [len(c.held_keys()) for c in coordinators.values()]
         return sum(counts) == n_keys and max(counts) - min(counts) <= 1
+
 
     took = scheduler.run_until(settled, 20 * D)
     if took is None:
@@ -293,25 +312,21 @@ def model_scoped(k: int, n: int, s: Sizes = Sizes(), lease: float = D, *,
                 renew, renew * _wcu(s.lease_row), sweepers * pages / sweep)
 
 
-def model_fleet_design(k: int, n: int, s: Sizes = Sizes(), lease: float = D, *,
-                       watchers: int = 1, watch_interval: float | None = None, sweep: float = 600.0,
-                       manifest_poll: float = 30.0) -> Cost:
-    """The target design (docs/fleet-scale.md), steady state: no scan per round. Each member
-    renews its leases every tick (writes), polls the manifest head row every
-    ``manifest_poll`` (eventually consistent), and watches ``watchers`` ring neighbours by
-    reading one lease row of each every ``watch_interval`` (default ``lease``); one member
-    per stream runs the shard-sync chore (ListShards, not DynamoDB) and one the slow safety
-    sweep (a full eventually consistent scan every ``sweep`` seconds). Rows shrink to short
-    attribute names (~40% of today's)."""
+def model_scoped_worker(k: int, n: int, s: Sizes = Sizes(), lease: float = D, *, streams: int = 1,
+                        shard_sync: float = SHARD_SYNC, poll: float | None = None, sweep: float | None = 30 * D) -> Cost:
+    """A ``WorkerConfig(reads="scoped")`` Worker: :func:`model_scoped` plus the shard manifest of
+    each stream (``kinesis.consumer.shard_manifest``): every member reads the head row
+    (eventually consistent) every ``poll`` (default ``shard_sync / 2``); the chore owner and its
+    backup read it strongly consistent every tick, and the owner renews it every tick; nothing
+    else in steady state (new versions only on resharding)."""
     tick = lease / 3
-    row = int(s.lease_row * 0.4)
-    per_item = 0.5 * max(1, math.ceil(row / RCU_BYTES))
-    pages, rcu = _scan_rcu(k * row, consistent=False)
-    head = n / manifest_poll
-    watch = n * watchers / (watch_interval if watch_interval is not None else lease)
-    renew = k / tick
-    reads = head + watch + pages / sweep
-    return Cost(reads, head * 0.5 + watch * per_item + rcu / sweep, renew, renew * _wcu(row), pages / sweep)
+    base = model_scoped(k, n, s, lease, sweep=sweep)
+    head_rcu = max(1, math.ceil(s.head_row / RCU_BYTES))
+    polls = n * streams / (poll if poll is not None else shard_sync / 2)
+    watchers = min(2, n) * streams / tick
+    renew = streams / tick
+    return Cost(base.read_requests + polls + watchers, base.rcu + 0.5 * head_rcu * polls + head_rcu * watchers,
+                base.write_requests + renew, base.wcu + renew * _wcu(s.head_row), base.scans)
 
 
 SCALES = ((1_000, 100), (10_000, 1_000), (100_000, 10_000))
@@ -321,13 +336,14 @@ def model_table(sizes: Sizes) -> list[dict[str, Any]]:
     rows = []
     for k, n in SCALES:
         costs = {"current": model_current(k, n, sizes), "scoped": model_scoped(k, n, sizes),
-                 "kcl3": model_kcl3(k, n, sizes), "fleet_design": model_fleet_design(k, n, sizes)}
+                 "scoped_worker": model_scoped_worker(k, n, sizes), "kcl3": model_kcl3(k, n, sizes)}
         rows.append({
             "leases": k, "members": n,
             **{name: {"fleet": {f: round(v, 2) for f, v in asdict(c).items()},
                       "per_member": {f: round(v, 4) for f, v in c.per_member(n).items()}}
                for name, c in costs.items()},
             "fleet_rcu_vs_kcl3": {name: round(c.rcu / costs["kcl3"].rcu, 2) for name, c in costs.items()},
+            "list_shards_per_s": {"scan": round(n / SHARD_SYNC, 2), "scoped_worker": round(1 / SHARD_SYNC, 3)},
         })
     return rows
 
@@ -360,7 +376,7 @@ def main(argv: list[str] | None = None) -> int:
         n_members = measured[0]["members"]
         args.quick = previous["command"].endswith("--quick")
     with contextlib.ExitStack() if args.model_only else LocalAWS() as aws:
-        for reads in () if args.model_only else ("scan", "scoped"):
+        for reads in () if args.model_only else ("scan", "scoped", "manifest"):
             for n_keys in sizes_measured:
                 if reads == "scan" and n_keys != sizes_measured[0] and not (args.scan_large or args.quick):
                     continue
@@ -372,7 +388,7 @@ def main(argv: list[str] | None = None) -> int:
     sizes = Sizes(lease_row=measured[0]["lease_row_bytes"])
     checks = []
     for m in measured:
-        fn = model_current if m["reads"] == "scan" else model_scoped
+        fn = {"scan": model_current, "scoped": model_scoped, "manifest": model_scoped_worker}[m["reads"]]
         # the measured window holds no sweep (every 30 D, and one at start before the window)
         kwargs: dict[str, Any] = {"heartbeats": False} if m["reads"] == "scan" else {"sweep": None}
         model = fn(m["leases"], m["members"], sizes, **kwargs).per_member(m["members"])
@@ -397,7 +413,7 @@ def main(argv: list[str] | None = None) -> int:
                       f"{v['wcu']:.1f}", f"{v['read_bytes'] / KB:.1f}")
     console.print(t)
     growth = {}
-    for reads in ("scan", "scoped"):
+    for reads in ("scan", "scoped", "manifest"):
         pair = [m for m in measured if m["reads"] == reads]
         if len(pair) != 2:
             continue
@@ -423,14 +439,14 @@ def main(argv: list[str] | None = None) -> int:
                   f"{c['requests_error']:+.1%}", str(c["rcu_measured"]), str(c["rcu_model"]), rcu_err)
     console.print(v)
     f = Table(title="Model at fleet scale: fleet RCU/s (WCU/s); reads as a multiple of KCL 3.x's")
-    names = ("current", "scoped", "kcl3", "fleet_design")
-    for col in ("leases x members", "scan (today)", "scoped (built)", "KCL 3.x", "fleet design", "scan/KCL3",
-                "scoped/KCL3", "design/KCL3"):
+    names = ("current", "scoped", "scoped_worker", "kcl3")
+    for col in ("leases x members", "scan (default)", "scoped coordinator", "scoped Worker", "KCL 3.x",
+                "scan/KCL3", "scoped/KCL3", "Worker/KCL3"):
         f.add_column(col, justify="right")
     for r in modelled:
         f.add_row(f"{r['leases']:,} x {r['members']:,}",
-                  *(f"{r[n]['fleet']['rcu']:,.0f} ({r[n]['fleet']['wcu']:,.0f})" for n in names),
-                  *(f"{r['fleet_rcu_vs_kcl3'][n]:,.2f}" for n in ("current", "scoped", "fleet_design")))
+                  *(f"{r[n]['fleet']['rcu']:,.1f} ({r[n]['fleet']['wcu']:,.0f})" for n in names),
+                  *(f"{r['fleet_rcu_vs_kcl3'][n]:,.2f}" for n in ("current", "scoped", "scoped_worker")))
     console.print(f)
     write_json(RESULTS, {
         "machine": platform.platform(),

@@ -23,6 +23,7 @@ from typing import Any
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from hashring import StaticMembership
 from kinesis import StreamConfig, Worker
 from kinesis.lease_loop.leases import LeaseTable
 from kinesis.testing import LocalAWS
@@ -250,13 +251,21 @@ def test_at_timestamp_starts_at_the_first_record_at_or_after_it(aws: LocalAWS) -
         w.stop()
 
 
-def test_resharding_while_running_parents_finish_before_children(kinesis_resharding: LocalAWS) -> None:
+@pytest.mark.parametrize("reads", ["scan", "scoped"])
+def test_resharding_while_running_parents_finish_before_children(kinesis_resharding: LocalAWS, reads: str) -> None:
+    """With ``reads="scoped"`` one member lists the shards and publishes the shard manifest
+    (kinesis.consumer.shard_manifest); the others plan from it."""
     aws = kinesis_resharding
     kinesis = aws.client("kinesis")
     kinesis.create_stream(StreamName="orders", ShardCount=2)
     written = put_records(kinesis, "orders", 60, prefix="a")
     journal = Journal()
-    workers = [make_worker(aws, journal, f"w{i}").start() for i in (1, 2)]
+    scoped = {"reads": "scoped", "manifest_poll_interval": 1.0} if reads == "scoped" else {}
+    workers = [
+        make_worker(aws, journal, f"w{i}", membership=StaticMembership(["w1", "w2"], f"w{i}") if scoped else None,
+                    **scoped).start()
+        for i in (1, 2)
+    ]
     try:
         assert journal.wait_for(lambda _: set(written) <= journal.processed(), 30)
         shard0 = kinesis.list_shards(StreamName="orders")["Shards"][0]["HashKeyRange"]

@@ -20,7 +20,7 @@ import re
 import socket
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 from kinesis.consumer.positions import InitialPosition
 from kinesis.consumer.processing_failures import ProcessorRetryPolicy
@@ -220,6 +220,13 @@ class WorkerConfig:
     errors, with jittered exponential backoff), ``shard_sync_interval``
     (how long a ListShards listing is cached; new shards are found within it).
 
+    Reads: ``reads="scan"`` (default) scans the lease table every round; ``reads="scoped"``
+    reads only the rows that can change this member's decision (no scan in steady state,
+    ``docs/fleet-scale.md``) and leaves shard discovery to one member per stream, which
+    publishes a shard manifest that the others poll every ``manifest_poll_interval`` (default
+    ``shard_sync_interval / 2``; :mod:`kinesis.consumer.shard_manifest`). Scoped reads need a
+    membership outside the lease table (``KubernetesMembership``, ``StaticMembership``).
+
     Processor failures: ``processor_retry`` (:class:`~kinesis.consumer.processing_failures.ProcessorRetryPolicy`):
     a batch the processor raised on is retried in place with exponential backoff; after
     ``max_attempts`` the shard is reported stuck and retried at ``max_backoff`` unless its
@@ -257,6 +264,8 @@ class WorkerConfig:
     liveness_timeout: float | None = None
     readiness_timeout: float | None = None
     processor_retry: ProcessorRetryPolicy = field(default_factory=ProcessorRetryPolicy)
+    reads: Literal["scan", "scoped"] = "scan"
+    manifest_poll_interval: float | None = None
     _timing: LeaseTiming = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -306,6 +315,9 @@ class WorkerConfig:
             _seconds(name, getattr(self, name), allow_none=True)
         _seconds("shutdown_grace", self.shutdown_grace)
         _seconds("shard_sync_interval", self.shard_sync_interval)
+        _seconds("manifest_poll_interval", self.manifest_poll_interval, allow_none=True)
+        if self.reads not in ("scan", "scoped"):
+            raise ConfigurationError(f"reads must be 'scan' or 'scoped', got {self.reads!r}")
         if isinstance(self.idle_backoff, bool) or not isinstance(self.idle_backoff, int | float) or not (
             math.isfinite(self.idle_backoff) and self.idle_backoff >= 0
         ):
@@ -367,4 +379,5 @@ class WorkerConfig:
             "timing": self._timing,
             "replicas": self.replicas,
             "max_concurrent_handoffs": self.max_concurrent_handoffs,
+            "reads": self.reads,
         }

@@ -112,6 +112,7 @@ def make_worker(
     streams: Iterable[StreamConfig] | None = None,
     *,
     table: str = "worker-test-leases",
+    membership: Any = None,
     **config: Any,
 ) -> Worker:
     """A Worker against the moto server with fast test timings (override with ``config``)."""
@@ -136,6 +137,7 @@ def make_worker(
     return Worker(
         cfg,
         lambda: JournalProcessor(journal, worker_id),
+        membership=membership,
         kinesis_client=aws.client("kinesis"),
         dynamodb_client=aws.client("dynamodb"),
     )

@@ -1,0 +1,220 @@
+"""A versioned document in the lease table, published by one member and read by all.
+
+The document (for the Worker: a stream's shard manifest) is stored as a *head* row plus
+immutable *chunk* rows, each under DynamoDB's 400 KB item limit:
+
+* ``__manifest__#<name>``: the head: ``version``, ``chunks``, ``digest`` (sha256 of the
+  payload), and the chore's fencing pair ``owner`` + ``counter`` (like a lease: every head
+  write is conditional on the counter the writer read and adds one);
+* ``__manifest__#<name>#<version>#<i>``: chunk ``i`` of that version (zlib-compressed bytes).
+
+A publisher writes the chunks of the new version first, then the head (conditional on the
+counter it read), then deletes the chunks of the version before the previous one (a reader
+that read the previous head can still read its chunks). Readers poll the head (one small,
+eventually consistent GetItem) and read chunks only when the version moves, with strongly
+consistent reads (chunks are written before the head that names them, so a reader that sees
+the head finds them). The owner renews the head (``counter + 1``) every tick; a head whose
+counter did not move for a lease duration on the observer's clock belongs to a dead owner and
+may be claimed, exactly as an expired lease. Reserved rows are skipped by every scan.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import zlib
+from dataclasses import dataclass
+from typing import Any
+
+from kinesis.errors import CorruptLeaseError, KinesisHashRingError
+from kinesis.lease_loop import lease_model as m
+from kinesis.lease_loop.leases import LeaseTable
+
+PREFIX = "__manifest__#"
+CHUNK_BYTES = 350_000
+"""Payload bytes per chunk row (DynamoDB's item limit is 400 KB including attribute names)."""
+
+
+class ManifestConflictError(KinesisHashRingError):
+    """The head moved since the writer read it: another member owns or published it."""
+
+
+class ManifestCorruptError(CorruptLeaseError):
+    """A head or chunk row could not be parsed, or the chunks do not match the head's digest."""
+
+
+@dataclass(frozen=True)
+class ManifestHead:
+    """The head row: which version is current and who owns the chore (fenced by ``counter``)."""
+
+    name: str
+    version: int
+    chunks: int
+    digest: str
+    owner: str
+    counter: int
+
+
+class ManifestStore:
+    """Head and chunks of one named document in ``table`` (thread-safe, like the table)."""
+
+    def __init__(self, table: LeaseTable, name: str, *, chunk_bytes: int = CHUNK_BYTES):
+        if not name or "#" in name:
+            raise ValueError(f"manifest names are non-empty and have no '#', got {name!r}")
+        if not 1 <= chunk_bytes <= CHUNK_BYTES:
+            raise ValueError(f"chunk_bytes must be within 1..{CHUNK_BYTES}, got {chunk_bytes!r}")
+        self.table = table
+        self.name = name
+        self.chunk_bytes = chunk_bytes
+        self.head_key = f"{PREFIX}{name}"
+
+    def _chunk_key(self, version: int, i: int) -> str:
+        return f"{self.head_key}#{version}#{i}"
+
+    # --- reads -----------------------------------------------------------------------
+
+    def head(self, *, consistent: bool = False) -> ManifestHead | None:
+        """The head row, ``None`` before the first publish."""
+        table = self.table
+        response = table._retrying(
+            lambda: table.client.get_item(
+                TableName=table.table_name, Key={m.KEY: {"S": self.head_key}}, ConsistentRead=consistent
+            )
+        )
+        item = response.get("Item")
+        return None if not item else self._parse_head(item)
+
+    def read(self, head: ManifestHead) -> bytes:
+        """The payload ``head`` names (its chunks, checked against its digest)."""
+        if head.chunks == 0:
+            return b""
+        table = self.table
+        keys = [self._chunk_key(head.version, i) for i in range(head.chunks)]
+        parts: dict[str, bytes] = {}
+        pending: dict[str, Any] = {
+            table.table_name: {"Keys": [{m.KEY: {"S": k}} for k in keys], "ConsistentRead": True}
+        }
+        for attempt in range(table.retry_attempts * 4):
+            response = table._retrying(functools.partial(table.client.batch_get_item, RequestItems=pending))
+            for item in response.get("Responses", {}).get(table.table_name, []):
+                parts[item[m.KEY]["S"]] = bytes(item.get("data", {}).get("B", b""))
+            pending = response.get("UnprocessedKeys") or {}
+            if not pending:
+                break
+            table.clock_sleep(min(table.retry_max_wait, 0.01 * 2**attempt))
+        missing = [k for k in keys if k not in parts]
+        if missing:
+            raise ManifestConflictError(
+                f"manifest {self.name!r} version {head.version}: chunk rows {missing[:3]} are gone "
+                "(a newer version replaced it); read the head again"
+            )
+        try:
+            payload = zlib.decompress(b"".join(parts[k] for k in keys))
+        except zlib.error as exc:
+            raise ManifestCorruptError(self.head_key, f"chunks do not decompress: {exc}") from exc
+        if hashlib.sha256(payload).hexdigest() != head.digest:
+            raise ManifestCorruptError(self.head_key, f"version {head.version}: chunks do not match the head's digest")
+        return payload
+
+    # --- writes (conditional on the head's counter) ----------------------------------
+
+    def claim(self, owner: str, seen: ManifestHead | None) -> ManifestHead:
+        """Take the chore: write the head with ``owner`` (same version), conditional on ``seen``
+        (``None``: no head yet). Raises :class:`ManifestConflictError` if the head moved."""
+        if seen is None:
+            return self._put_head(ManifestHead(self.name, 0, 0, _EMPTY_DIGEST, owner, 1), None)
+        return self._put_head(
+            ManifestHead(self.name, seen.version, seen.chunks, seen.digest, owner, seen.counter + 1), seen
+        )
+
+    def renew(self, head: ManifestHead) -> ManifestHead:
+        """The owner's heartbeat: counter + 1, conditional on ``head``."""
+        return self.claim(head.owner, head)
+
+    def publish(self, head: ManifestHead, payload: bytes) -> ManifestHead:
+        """Publish ``payload`` as version ``head.version + 1`` (``head`` as the owner last wrote
+        it). Chunks first, then the head; chunks two versions old are deleted after."""
+        data = zlib.compress(payload, 6)
+        chunks = [data[i : i + self.chunk_bytes] for i in range(0, len(data), self.chunk_bytes)]
+        version = head.version + 1
+        table = self.table
+        for i, chunk in enumerate(chunks):
+            item = {m.KEY: {"S": self._chunk_key(version, i)}, "data": {"B": chunk}}
+            table._retrying(functools.partial(table.client.put_item, TableName=table.table_name, Item=item))
+        new = ManifestHead(
+            self.name, version, len(chunks), hashlib.sha256(payload).hexdigest(), head.owner, head.counter + 1
+        )
+        try:
+            written = self._put_head(new, head)
+        except ManifestConflictError:
+            self._delete_chunks(version, len(chunks))
+            raise
+        if head.version >= 2:
+            self._delete_chunks(head.version - 1, None)
+        return written
+
+    def _delete_chunks(self, version: int, count: int | None) -> None:
+        """Delete the chunk rows of ``version`` (``count`` unknown: until one is missing)."""
+        table = self.table
+        i = 0
+        while count is None or i < count:
+            key = {m.KEY: {"S": self._chunk_key(version, i)}}
+            response = table._retrying(
+                functools.partial(table.client.delete_item, TableName=table.table_name, Key=key, ReturnValues="ALL_OLD")
+            )
+            if count is None and not response.get("Attributes"):
+                return
+            i += 1
+
+    def _put_head(self, new: ManifestHead, seen: ManifestHead | None) -> ManifestHead:
+        table = self.table
+        item = {
+            m.KEY: {"S": self.head_key},
+            "version": {"N": str(new.version)},
+            "chunks": {"N": str(new.chunks)},
+            "digest": {"S": new.digest},
+            "owner": {"S": new.owner},
+            "counter": {"N": str(new.counter)},
+        }
+        if seen is None:
+            condition, values = "attribute_not_exists(#k)", None
+        else:
+            condition, values = "#c = :c", {":c": {"N": str(seen.counter)}}
+        kwargs: dict[str, Any] = {
+            "TableName": table.table_name,
+            "Item": item,
+            "ConditionExpression": condition,
+            "ExpressionAttributeNames": {"#k": m.KEY} if seen is None else {"#c": "counter"},
+        }
+        if values:
+            kwargs["ExpressionAttributeValues"] = values
+        try:
+            table._retrying(lambda: table.client.put_item(**kwargs))
+        except Exception as exc:
+            if getattr(exc, "response", {}).get("Error", {}).get("Code") != "ConditionalCheckFailedException":
+                raise
+            # A retried put whose first attempt was applied fails its condition on our own
+            # write: the row then holds exactly what we wrote.
+            current = self.head(consistent=True)
+            if current == new:
+                return new
+            raise ManifestConflictError(
+                f"manifest {self.name!r}: the head moved (now {current}); re-read it"
+            ) from None
+        return new
+
+    def _parse_head(self, item: dict[str, Any]) -> ManifestHead:
+        try:
+            return ManifestHead(
+                self.name,
+                int(item["version"]["N"]),
+                int(item["chunks"]["N"]),
+                item["digest"]["S"],
+                item["owner"]["S"],
+                int(item["counter"]["N"]),
+            )
+        except (KeyError, ValueError, TypeError) as exc:
+            raise ManifestCorruptError(self.head_key, f"head row unreadable ({exc!r}): delete it to rebuild") from exc
+
+
+_EMPTY_DIGEST = hashlib.sha256(b"").hexdigest()
