@@ -20,37 +20,13 @@ from tenacity import (
     wait_random_exponential,
 )
 
+from kinesis.aws_errors import is_retryable
 from kinesis.errors import KinesisRetriesExhaustedError
 
 T = TypeVar("T")
 
-RETRYABLE_CODES = frozenset(
-    {
-        "ProvisionedThroughputExceededException",
-        "LimitExceededException",
-        "ThrottlingException",
-        "Throttling",
-        "RequestLimitExceeded",
-        "KMSThrottlingException",
-        "InternalFailure",
-        "InternalServerError",
-        "ServiceUnavailable",
-        "ServiceUnavailableException",
-    }
-)
-
-
 class ShutdownRequested(Exception):
     """Raised instead of sleeping when the stop event is already set."""
-
-
-def is_retryable(exc: BaseException) -> bool:
-    """True for throttling, server-side (5xx) and connection errors."""
-    if isinstance(exc, ClientError):
-        code = str(exc.response.get("Error", {}).get("Code", ""))
-        status = int(exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode", 0) or 0)
-        return code in RETRYABLE_CODES or status >= 500
-    return isinstance(exc, ConnectionError | HTTPClientError)
 
 
 def call_with_retries(

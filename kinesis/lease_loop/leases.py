@@ -53,6 +53,7 @@ from tenacity import (
     wait_random_exponential,
 )
 
+from kinesis.aws_errors import error_code, is_retryable
 from kinesis.errors import (
     CheckpointRegressionError,
     ConfigurationError,
@@ -84,38 +85,12 @@ log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
-TRANSIENT_ERROR_CODES = frozenset(
-    {
-        "ProvisionedThroughputExceededException",
-        "ThrottlingException",
-        "Throttling",
-        "RequestLimitExceeded",
-        "InternalServerError",
-        "InternalFailure",
-        "ServiceUnavailable",
-        "TransactionConflictException",
-    }
-)
-
 _KEEP: Any = object()
 
 
-def is_transient(exc: BaseException) -> bool:
-    """True for errors worth retrying: throttling, 5xx, timeouts, dropped connections."""
-    if isinstance(exc, botocore.exceptions.ConnectionError | botocore.exceptions.HTTPClientError):
-        return True
-    if isinstance(exc, botocore.exceptions.ClientError):
-        err = exc.response.get("Error", {})
-        status = exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode", 0) or 0
-        return err.get("Code") in TRANSIENT_ERROR_CODES or int(status) >= 500
-    return False
-
-
-def _error_code(exc: BaseException) -> str | None:
-    if isinstance(exc, botocore.exceptions.ClientError):
-        code = exc.response.get("Error", {}).get("Code")
-        return str(code) if code is not None else None
-    return None
+is_transient = is_retryable
+"""Errors worth retrying (:func:`kinesis.aws_errors.is_retryable`, shared with the Kinesis calls)."""
+_error_code = error_code
 
 
 class _ConditionFailed(Exception):
