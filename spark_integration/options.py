@@ -30,6 +30,7 @@ STREAM_OPTIONS = (
     "initialPosition",
     "initialTimestamp",
     "maxRecordsPerShard",
+    "maxBytesPerShard",
     "maxRecordsPerTrigger",
     "shardsPerPartition",
     "maxShippedBytesPerPartition",
@@ -76,6 +77,8 @@ MAX_RECORDS_PER_SHARD_LIMIT = 10_000  # GetRecords returns at most 10,000 record
 #: over 1000 KiB and refuses serialized tasks over ``spark.rpc.message.maxSize`` (128 MiB).
 DEFAULT_MAX_SHIPPED_BYTES = 4 << 20
 MAX_SHIPPED_BYTES_LIMIT = 64 << 20
+#: ``maxBytesPerShard`` may not exceed this (far beyond what a shard holds in a day).
+MAX_BYTES_PER_SHARD_LIMIT = 1 << 40
 
 
 @dataclass(frozen=True)
@@ -118,6 +121,9 @@ class KinesisOptions:
     initial_position: InitialPosition = "LATEST"
     initial_timestamp_ms: int | None = None
     max_records_per_shard: int = DEFAULT_MAX_RECORDS_PER_SHARD
+    max_bytes_per_shard: int | None = None
+    """Payload bytes (data plus partition key) a shard adds to one micro-batch; a range ends
+    with the record that reaches the limit, so one larger record still makes progress."""
     max_records_per_trigger: int | None = None
     shards_per_partition: int = 1
     max_shipped_bytes_per_partition: int = DEFAULT_MAX_SHIPPED_BYTES
@@ -141,6 +147,7 @@ def parse_options(options: Mapping[str, str], *, streaming: bool) -> KinesisOpti
     timestamp = _timestamp(opts.get("initialtimestamp"), position)
     per_shard = _int(opts, "maxRecordsPerShard", DEFAULT_MAX_RECORDS_PER_SHARD,
                      low=1, high=MAX_RECORDS_PER_SHARD_LIMIT)
+    bytes_per_shard = _size(opts, "maxBytesPerShard", high=MAX_BYTES_PER_SHARD_LIMIT)
     per_trigger = _int(opts, "maxRecordsPerTrigger", None, low=1, high=2**62)
     per_partition = _int(opts, "shardsPerPartition", 1, low=1, high=10_000)
     shipped = _bytes(opts, "maxShippedBytesPerPartition", DEFAULT_MAX_SHIPPED_BYTES,
@@ -154,6 +161,7 @@ def parse_options(options: Mapping[str, str], *, streaming: bool) -> KinesisOpti
         initial_position=position,
         initial_timestamp_ms=timestamp,
         max_records_per_shard=per_shard if per_shard is not None else DEFAULT_MAX_RECORDS_PER_SHARD,
+        max_bytes_per_shard=bytes_per_shard,
         max_records_per_trigger=per_trigger,
         shards_per_partition=per_partition if per_partition is not None else 1,
         max_shipped_bytes_per_partition=shipped,
@@ -303,6 +311,22 @@ def _bytes(opts: Mapping[str, str], name: str, default: int, *, high: int) -> in
         raise _fail(name, f"{value!r} is too large: use at most {high >> 20}m (Spark sends "
                     "every task through its RPC layer; larger ranges are better re-read "
                     "by the executors)")
+    return number
+
+
+def _size(opts: Mapping[str, str], name: str, *, high: int) -> int | None:
+    """A positive size in bytes ('1m', '512k', a number), or None when unset."""
+    value = opts.get(name.lower())
+    if value is None or value == "":
+        return None
+    try:
+        number = parse_bytes(value)
+    except ValueError:
+        raise _fail(name, f"{value!r} is not a size such as '1m', '512k' or '1048576' "
+                    "(bytes)") from None
+    if not 1 <= number <= high:
+        raise _fail(name, f"{value!r} is out of range: use a positive size of at most "
+                    f"{high >> 30}g (unset: no byte limit)")
     return number
 
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 import contextlib
 import threading
 from collections import deque
-from collections.abc import Iterator
+from collections.abc import Generator
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -92,10 +92,13 @@ class Prober:
         begin: ShardPosition,
         budget: int | None,
         until_ms: int | None = None,
+        max_bytes: int | None = None,
     ) -> ProbeResult:
         """Read from ``begin`` up to ``budget`` records (None: until caught up).
 
         ``until_ms`` (Trigger.AvailableNow) excludes records that arrived after it.
+        ``max_bytes`` ends the range with the record whose :func:`payload_size` brings the
+        range's total to the limit or past it (so a single larger record still makes progress).
         """
         if budget is not None and budget <= 0:
             if self.cache is not None:
@@ -108,24 +111,32 @@ class Prober:
         until = datetime.fromtimestamp(until_ms / 1000, tz=UTC) if until_ms is not None else None
         last: ShardPosition = begin
         count = 0
+        size = 0
         beyond_target = False
+        byte_capped = False
 
-        def records() -> Iterator[Record]:
+        def records() -> Generator[Record, None, None]:
             while slot.buffer and (budget is None or count < budget):
                 yield slot.buffer.popleft()
             if budget is None or count < budget:
                 remaining = None if budget is None else budget - count
                 yield from reader.iter_records(max_records=remaining, stop_when_caught_up=True)
 
-        for record in records():
-            arrived = record.approximate_arrival_timestamp
-            if until is not None and arrived is not None and arrived > until:
-                beyond_target = True
-                break
-            last = record.position
-            count += 1
-            if kept is not None:
-                kept.add(record)
+        # closed explicitly when left early, so the reader keeps the records not taken
+        with contextlib.closing(records()) as taken:
+            for record in taken:
+                arrived = record.approximate_arrival_timestamp
+                if until is not None and arrived is not None and arrived > until:
+                    beyond_target = True
+                    break
+                last = record.position
+                count += 1
+                if kept is not None:
+                    kept.add(record)
+                size += payload_size(record)
+                if max_bytes is not None and size >= max_bytes:
+                    byte_capped = True
+                    break
         if self.cache is not None:
             # Exactly the records in (begin, last]: what an executor would read for that range.
             if kept is not None and not kept.overflowed and isinstance(last, Position):
@@ -143,7 +154,8 @@ class Prober:
                 return ProbeResult(last, count, False)
             slot.position = last
             self._slots[key] = slot
-        if self.read_ahead is not None and budget is not None and count >= budget and not ended:
+        capped = byte_capped or (budget is not None and count >= budget)
+        if self.read_ahead is not None and capped and not ended:
             slot.prefetch = self.read_ahead.submit(_read_ahead, slot)
         return ProbeResult(last, count, ended)
 
@@ -173,6 +185,11 @@ def _read_ahead(slot: _Slot) -> None:
     """One GetRecords for the next probe (runs on the pool while Spark runs the batch)."""
     batch = slot.reader.read_batch()
     slot.buffer.extend(batch.records)
+
+
+def payload_size(record: Record) -> int:
+    """What ``maxBytesPerShard`` counts: the user record's data plus its partition key."""
+    return len(record.data) + len(record.partition_key.encode())
 
 
 def is_position(pos: ShardPosition) -> bool:

@@ -9,12 +9,13 @@ the planned range is the one the driver read (:mod:`spark_integration.shipping`)
 range, a replay after a restart in particular, is read from Kinesis by the executor.
 
 Read limits (Spark 4.2+): ``latestOffset(start, limit)`` honours ``ReadMaxRows`` (the
-``maxRecordsPerTrigger`` option, split evenly over the shards) together with the per-shard cap
-``maxRecordsPerShard``; ``ReadAllAvailable`` (``Trigger.Once``) ignores both, as Spark asks.
+``maxRecordsPerTrigger`` option, split evenly over the shards) together with the per-shard caps
+``maxRecordsPerShard`` and ``maxBytesPerShard``; ``ReadAllAvailable`` (``Trigger.Once``) ignores
+them all, as Spark asks.
 ``Trigger.AvailableNow`` reads up to the records that arrived before the query started.
 On Spark 4.0/4.1 ``latestOffset()`` is called without a start: the reader tracks the start itself
-and makes its end offsets self-contained (see ``_legacy_latest_offset``); only
-``maxRecordsPerShard`` applies there.
+and makes its end offsets self-contained (see ``_legacy_latest_offset``); only the per-shard caps
+(``maxRecordsPerShard``, ``maxBytesPerShard``) apply there.
 
 Group mode, stopping: PySpark ends the driver-side Python process that runs this reader with
 SIGTERM when the query stops, without calling ``stop()``. The reader therefore handles SIGTERM
@@ -325,6 +326,7 @@ class _DriverState:
             log.warning("shard %s is no longer listed (trimmed after retention); dropping it", key)
         order = _order(tracked, listing)
         per_shard, total = self._caps(limit)
+        max_bytes = None if self._read_all(limit) else self.options.max_bytes_per_shard
         active = [k for k in order if not tracked.shards[k].done]
         budgets = _budgets(active, per_shard, total, self.batches)
         jobs = {}
@@ -333,7 +335,7 @@ class _DriverState:
             if not entry.done:
                 stream, shard_id = split_key(key)
                 start_pos = resume.get(key, entry.position)
-                jobs[key] = (stream, shard_id, start_pos, budgets[key])
+                jobs[key] = (stream, shard_id, start_pos, budgets[key], max_bytes)
         found = self._probe_all(jobs)
         shards: dict[str, ShardOffset] = {}
         for key in order:
@@ -341,7 +343,7 @@ class _DriverState:
             if entry.done:
                 shards[key] = entry
                 continue
-            stream, _, start_pos, _ = jobs[key]
+            stream, _, start_pos, _, _ = jobs[key]
             result = found[key]
             # A batch that starts from an initial position names it in its end offset: Spark
             # logs only end offsets, and calls initialOffset() again (LATEST: a new "now")
@@ -362,12 +364,13 @@ class _DriverState:
             self.group.planned(end)
         return end
 
-    def _probe_all(self, jobs: dict[str, tuple[str, str, Any, int | None]]) -> dict[str, Any]:
+    def _probe_all(self, jobs: dict[str, tuple[str, str, Any, int | None, int | None]]
+                   ) -> dict[str, Any]:
         """Probe every shard, several at a time (the calls are mostly waiting on the network)."""
         def one(key: str) -> Any:
-            stream, shard_id, start_pos, budget = jobs[key]
+            stream, shard_id, start_pos, budget, max_bytes = jobs[key]
             return self.prober.probe(key, stream, shard_id, start_pos, budget,
-                                     until_ms=self.available_now_ms)
+                                     until_ms=self.available_now_ms, max_bytes=max_bytes)
 
         if len(jobs) <= 1:
             return {key: one(key) for key in jobs}
@@ -376,9 +379,14 @@ class _DriverState:
                                            thread_name_prefix="kinesis-probe")
         return dict(zip(jobs, self.pool.map(one, jobs), strict=True))
 
+    @staticmethod
+    def _read_all(limit: Any) -> bool:
+        """True for ``ReadAllAvailable`` (``Trigger.Once``): every option cap is ignored."""
+        return bool(READ_LIMITS and isinstance(limit, ReadAllAvailable))
+
     def _caps(self, limit: Any) -> tuple[int | None, int | None]:
         """(per-shard cap, total cap) for this batch's read limit."""
-        if READ_LIMITS and isinstance(limit, ReadAllAvailable):
+        if self._read_all(limit):
             return None, None
         per_shard = self.options.max_records_per_shard
         if READ_LIMITS and isinstance(limit, ReadMaxRows) and limit.max_rows < UNBOUNDED_ROWS:

@@ -56,6 +56,10 @@ def test_defaults_and_case_insensitive_keys() -> None:
         ({"maxShippedBytesPerPartition": "-1"}, "maxShippedBytesPerPartition", "0 turns"),
         ({"maxShippedBytesPerPartition": "1.5m"}, "maxShippedBytesPerPartition", "size"),
         ({"maxShippedBytesPerPartition": "65m"}, "maxShippedBytesPerPartition", "at most 64m"),
+        ({"maxBytesPerShard": "0"}, "maxBytesPerShard", "positive size"),
+        ({"maxBytesPerShard": "-1k"}, "maxBytesPerShard", "not a size"),
+        ({"maxBytesPerShard": "lots"}, "maxBytesPerShard", "'1m'"),
+        ({"maxBytesPerShard": "2048g"}, "maxBytesPerShard", "at most 1024g"),
         ({"maxRecordPerShard": "5"}, "maxrecordpershard", "Did you mean 'maxRecordsPerShard'"),
         ({"awsSecretAccessKey": "s3cr3t-value"}, "awssecretaccesskey", "credential chain"),
         ({"applicationName": "app"}, "applicationName", "set 'leaseTable'"),
@@ -130,3 +134,10 @@ def test_shipped_bytes_cap() -> None:
     assert parse(maxShippedBytesPerPartition="64MiB").max_shipped_bytes_per_partition == 64 << 20
     assert [parse_bytes(v) for v in ("4m", "4MB", "2g", "1048576", "7b")] == [
         4 << 20, 4 << 20, 2 << 30, 1 << 20, 7]
+
+
+def test_byte_limit_per_shard() -> None:
+    assert parse().max_bytes_per_shard is None
+    assert parse(maxBytesPerShard="1m").max_bytes_per_shard == 1 << 20
+    assert parse(MAXBYTESPERSHARD="1").max_bytes_per_shard == 1
+    assert parse(maxBytesPerShard="64KiB").max_bytes_per_shard == 64 << 10
