@@ -2,7 +2,9 @@
 
 Every problem raises :class:`~kinesis.errors.InvalidOptionError` naming the option and saying how
 to fix it. Values are never echoed for options whose name looks secret: credentials come from the
-normal boto3 chain (environment, profile, instance/pod role), never from options.
+normal boto3 chain (environment, profile, instance/pod role), never from options; ``roleArn``
+exchanges them for an assumed role's (:mod:`spark_integration.assume_role`), and
+``roleExternalId`` is never echoed either.
 """
 
 from __future__ import annotations
@@ -35,6 +37,10 @@ STREAM_OPTIONS = (
     "shardsPerPartition",
     "maxShippedBytesPerPartition",
     "describeShardInterval",
+    "roleArn",
+    "roleSessionName",
+    "roleExternalId",
+    "stsEndpointUrl",
     "leaseTable",
     "applicationName",
     "memberId",
@@ -58,11 +64,18 @@ _GROUP_ONLY = ("applicationName", "memberId", "membership", "members", "replicas
 #: KubernetesMembership modes (hashring.membership.k8s_api.MODES), spelled as options.
 KUBERNETES_MODES = ("deployment", "replicaset", "statefulset", "label_selector")
 _SECRET_HINTS = ("secret", "password", "token", "accesskey", "credential", "sessionkey")
+_ROLE_ONLY = ("roleSessionName", "roleExternalId", "stsEndpointUrl")
+#: Accepted, but never kept in ``raw`` nor echoed in messages.
+_NEVER_ECHOED = ("roleexternalid",)
+DEFAULT_ROLE_SESSION_NAME = "kinesis-hashring-spark"
 
 _STREAM_NAME = re.compile(r"^[a-zA-Z0-9_.-]{1,128}$")
 _TABLE_NAME = re.compile(r"^[a-zA-Z0-9_.-]{3,255}$")
 _NAMESPACE = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
 _REGION = re.compile(r"^[a-z]{2}(-[a-z]+)+-\d+$")
+_ROLE_ARN = re.compile(r"^arn:aws(-[a-z]+)*:iam::\d{12}:role/([\w+=,.@-]+/)*[\w+=,.@-]{1,64}$")
+_SESSION_NAME = re.compile(r"^[\w+=,.@-]{2,64}$")
+_EXTERNAL_ID = re.compile(r"^[\w+=,.@:/-]{2,1224}$")
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h)?\s*$")
 _DURATION_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, None: 1.0}
 _BYTES = re.compile(r"^\s*(\d+)\s*([kmg]i?b?|b)?\s*$", re.IGNORECASE)
@@ -112,6 +125,17 @@ class GroupOptions:
 
 
 @dataclass(frozen=True)
+class AssumeRoleOptions:
+    """``roleArn``: the driver and the executors call AWS as this IAM role (STS AssumeRole)."""
+
+    role_arn: str
+    session_name: str = DEFAULT_ROLE_SESSION_NAME
+    external_id: str | None = field(default=None, repr=False)
+    sts_endpoint_url: str | None = None
+    """None: the region's STS endpoint (boto3's default)."""
+
+
+@dataclass(frozen=True)
 class KinesisOptions:
     """The validated options; picklable, so executors get the same view as the driver."""
 
@@ -129,6 +153,7 @@ class KinesisOptions:
     max_shipped_bytes_per_partition: int = DEFAULT_MAX_SHIPPED_BYTES
     """0: never ship records in partitions (executors always read from Kinesis)."""
     describe_shard_interval_s: float = 10.0
+    assume_role: AssumeRoleOptions | None = None
     group: GroupOptions | None = None
     raw: tuple[tuple[str, str], ...] = field(default=(), repr=False, compare=False)
 
@@ -153,6 +178,7 @@ def parse_options(options: Mapping[str, str], *, streaming: bool) -> KinesisOpti
     shipped = _bytes(opts, "maxShippedBytesPerPartition", DEFAULT_MAX_SHIPPED_BYTES,
                      high=MAX_SHIPPED_BYTES_LIMIT)
     interval = _duration(opts, "describeShardInterval", 10.0, low=0.0)
+    role = _assume_role(opts)
     group = _group(opts, streaming=streaming)
     return KinesisOptions(
         streams=streams,
@@ -166,8 +192,10 @@ def parse_options(options: Mapping[str, str], *, streaming: bool) -> KinesisOpti
         shards_per_partition=per_partition if per_partition is not None else 1,
         max_shipped_bytes_per_partition=shipped,
         describe_shard_interval_s=interval,
+        assume_role=role,
         group=group,
-        raw=tuple(sorted((k, v) for k, v in opts.items() if not _looks_secret(k))),
+        raw=tuple(sorted((k, v) for k, v in opts.items()
+                         if not _looks_secret(k) and k not in _NEVER_ECHOED)),
     )
 
 
@@ -222,14 +250,38 @@ def _region(value: str | None) -> str | None:
     return value
 
 
-def _endpoint(value: str | None) -> str | None:
+def _endpoint(value: str | None, name: str = "endpointUrl") -> str | None:
     if value is None or value == "":
         return None
     url = urlparse(value)
     if url.scheme not in ("http", "https") or not url.netloc:
-        raise _fail("endpointUrl", f"{value!r} is not an http(s) URL such as "
+        raise _fail(name, f"{value!r} is not an http(s) URL such as "
                     "'http://127.0.0.1:5000' (leave it unset for AWS)")
     return value.rstrip("/")
+
+
+def _assume_role(opts: Mapping[str, str]) -> AssumeRoleOptions | None:
+    arn = (opts.get("rolearn") or "").strip()
+    if not arn:
+        present = [n for n in _ROLE_ONLY if opts.get(n.lower())]
+        if present:
+            raise _fail(present[0], "is only used with 'roleArn' (the IAM role to assume)")
+        return None
+    if not _ROLE_ARN.match(arn):
+        raise _fail("roleArn", f"{arn!r} is not an IAM role ARN such as "
+                    "'arn:aws:iam::123456789012:role/kinesis-reader'")
+    session = (opts.get("rolesessionname") or "").strip() or DEFAULT_ROLE_SESSION_NAME
+    if not _SESSION_NAME.match(session):
+        raise _fail("roleSessionName", f"{session!r} is not a role session name (2-64 "
+                    "characters from a-z, A-Z, 0-9 and '_+=,.@-')")
+    external = (opts.get("roleexternalid") or "").strip() or None
+    if external is not None and not _EXTERNAL_ID.match(external):
+        # never echo it: an external ID is handed out like a shared secret
+        raise _fail("roleExternalId", "is not a valid external ID (2-1224 characters from "
+                    "a-z, A-Z, 0-9 and '_+=,.@:/-'); the value is not shown")
+    sts = _endpoint(opts.get("stsendpointurl"), "stsEndpointUrl")
+    return AssumeRoleOptions(role_arn=arn, session_name=session, external_id=external,
+                             sts_endpoint_url=sts)
 
 
 def _position(value: str, *, streaming: bool) -> InitialPosition:

@@ -111,3 +111,31 @@ def kinesis_calls(operations: Iterable[str] = ("get_records", "get_shard_iterato
             original = getattr(KinesisResponse, name)
             stack.enter_context(mock.patch.object(KinesisResponse, name, counting(name, original)))
         yield counts
+
+
+@contextmanager
+def signed_requests() -> Iterator[list[tuple[str, str, str, str]]]:
+    """Every request the in-process moto server answers, as (service, action, role, access key).
+
+    The access key is the one in the request's SigV4 ``Authorization`` header (who signed
+    it); the role is the source's User-Agent tag as in :func:`kinesis_calls`. It sees every
+    process that talks HTTP to this server (Spark's Python workers too).
+    """
+    from moto.core.responses import BaseResponse
+
+    seen: list[tuple[str, str, str, str]] = []
+    lock = threading.Lock()
+    original = BaseResponse.call_action
+
+    def recording(self: Any) -> Any:
+        agent = str(self.headers.get("User-Agent", ""))
+        role = next((r for r in ("driver", "executor") if f"kinesis-hashring-spark/{r}" in agent),
+                    "other")
+        auth = str(self.headers.get("Authorization", ""))
+        key = auth.split("Credential=", 1)[1].split("/", 1)[0] if "Credential=" in auth else ""
+        with lock:
+            seen.append((str(self.service_name), self._get_action(), role, key))
+        return original(self)
+
+    with mock.patch.object(BaseResponse, "call_action", recording):
+        yield seen

@@ -60,6 +60,17 @@ def test_defaults_and_case_insensitive_keys() -> None:
         ({"maxBytesPerShard": "-1k"}, "maxBytesPerShard", "not a size"),
         ({"maxBytesPerShard": "lots"}, "maxBytesPerShard", "'1m'"),
         ({"maxBytesPerShard": "2048g"}, "maxBytesPerShard", "at most 1024g"),
+        ({"roleArn": "arn:aws:iam::12:role/reader"}, "roleArn", "not an IAM role ARN"),
+        ({"roleArn": "arn:aws:iam::123456789012:user/reader"}, "roleArn", "role/kinesis-reader"),
+        ({"roleArn": "arn:aws:iam::123456789012:role/r", "roleSessionName": "has space"},
+         "roleSessionName", "2-64 characters"),
+        ({"roleArn": "arn:aws:iam::123456789012:role/r", "roleExternalId": "s3cr3t-value!"},
+         "roleExternalId", "not shown"),
+        ({"roleArn": "arn:aws:iam::123456789012:role/r", "stsEndpointUrl": "sts.local"},
+         "stsEndpointUrl", "http(s) URL"),
+        ({"roleExternalId": "s3cr3t-value"}, "roleExternalId", "only used with 'roleArn'"),
+        ({"roleSessionName": "spark"}, "roleSessionName", "only used with 'roleArn'"),
+        ({"rolArn": "arn:aws:iam::123456789012:role/r"}, "rolarn", "Did you mean 'roleArn'"),
         ({"maxRecordPerShard": "5"}, "maxrecordpershard", "Did you mean 'maxRecordsPerShard'"),
         ({"awsSecretAccessKey": "s3cr3t-value"}, "awssecretaccesskey", "credential chain"),
         ({"applicationName": "app"}, "applicationName", "set 'leaseTable'"),
@@ -141,3 +152,17 @@ def test_byte_limit_per_shard() -> None:
     assert parse(maxBytesPerShard="1m").max_bytes_per_shard == 1 << 20
     assert parse(MAXBYTESPERSHARD="1").max_bytes_per_shard == 1
     assert parse(maxBytesPerShard="64KiB").max_bytes_per_shard == 64 << 10
+
+
+def test_assume_role_options_keep_the_external_id_out_of_sight() -> None:
+    assert parse().assume_role is None
+    arn = "arn:aws-cn:iam::123456789012:role/team/kinesis-reader"
+    o = parse(roleArn=arn, roleExternalId="s3cr3t-value", stsEndpointUrl="http://127.0.0.1:1/")
+    role = o.assume_role
+    assert role is not None
+    assert (role.role_arn, role.session_name) == (arn, "kinesis-hashring-spark")
+    assert (role.external_id, role.sts_endpoint_url) == ("s3cr3t-value", "http://127.0.0.1:1")
+    assert parse(roleArn=arn, roleSessionName="etl@prod").assume_role.session_name == "etl@prod"
+    assert "s3cr3t-value" not in repr(o)
+    assert "s3cr3t-value" not in str(o.raw)
+    assert pickle.loads(pickle.dumps(o)) == o
