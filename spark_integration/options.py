@@ -37,6 +37,7 @@ STREAM_OPTIONS = (
     "shardsPerPartition",
     "maxShippedBytesPerPartition",
     "describeShardInterval",
+    "failOnDataLoss",
     "roleArn",
     "roleSessionName",
     "roleExternalId",
@@ -153,6 +154,8 @@ class KinesisOptions:
     max_shipped_bytes_per_partition: int = DEFAULT_MAX_SHIPPED_BYTES
     """0: never ship records in partitions (executors always read from Kinesis)."""
     describe_shard_interval_s: float = 10.0
+    fail_on_data_loss: bool = True
+    """False: records trimmed before they were read are skipped (logged and counted)."""
     assume_role: AssumeRoleOptions | None = None
     group: GroupOptions | None = None
     raw: tuple[tuple[str, str], ...] = field(default=(), repr=False, compare=False)
@@ -178,6 +181,7 @@ def parse_options(options: Mapping[str, str], *, streaming: bool) -> KinesisOpti
     shipped = _bytes(opts, "maxShippedBytesPerPartition", DEFAULT_MAX_SHIPPED_BYTES,
                      high=MAX_SHIPPED_BYTES_LIMIT)
     interval = _duration(opts, "describeShardInterval", 10.0, low=0.0)
+    fail_on_loss = _bool(opts, "failOnDataLoss", True)
     role = _assume_role(opts)
     group = _group(opts, streaming=streaming)
     return KinesisOptions(
@@ -192,6 +196,7 @@ def parse_options(options: Mapping[str, str], *, streaming: bool) -> KinesisOpti
         shards_per_partition=per_partition if per_partition is not None else 1,
         max_shipped_bytes_per_partition=shipped,
         describe_shard_interval_s=interval,
+        fail_on_data_loss=fail_on_loss,
         assume_role=role,
         group=group,
         raw=tuple(sorted((k, v) for k, v in opts.items()
@@ -339,6 +344,15 @@ def _int(opts: Mapping[str, str], name: str, default: int | None, *, low: int,
     if not low <= number <= high:
         raise _fail(name, f"{number} is out of range: use {low}..{high}")
     return number
+
+
+def _bool(opts: Mapping[str, str], name: str, default: bool) -> bool:
+    value = (opts.get(name.lower()) or "").strip().lower()
+    if not value:
+        return default
+    if value not in ("true", "false"):
+        raise _fail(name, f"{value!r} is neither 'true' nor 'false'")
+    return value == "true"
 
 
 def parse_bytes(value: str) -> int:

@@ -42,6 +42,7 @@ from spark_integration.compat import (
     ReadMaxRows,
     SupportsTriggerAvailableNow,
 )
+from spark_integration.data_loss import data_lost, describe
 from spark_integration.offsets import (
     Initial,
     ShardOffset,
@@ -269,7 +270,8 @@ class _DriverState:
         self.cache = ReadAheadCache(options.max_shipped_bytes_per_partition)
         self.prober = Prober(self.kinesis, batch_limit=min(10_000, options.max_records_per_shard),
                              read_ahead=self.read_ahead,
-                             cache=self.cache if self.cache.enabled else None)
+                             cache=self.cache if self.cache.enabled else None,
+                             fail_on_data_loss=options.fail_on_data_loss)
         self.last_seen: SourceOffset | None = None
         self.initial: SourceOffset | None = None
         self.pool: ThreadPoolExecutor | None = None
@@ -323,7 +325,14 @@ class _DriverState:
         tracked, trimmed = track(begin, listing, self.new_shard_start(), allowed=allowed,
                                  finished_elsewhere=finished_elsewhere)
         for key in trimmed:
-            log.warning("shard %s is no longer listed (trimmed after retention); dropping it", key)
+            if begin.shards[key].done:
+                log.info("shard %s, read to its end, is no longer listed (trimmed after "
+                         "retention); dropping it", key)
+                continue
+            stream, shard_id = split_key(key)
+            data_lost(stream, shard_id, f"the shard is no longer listed (trimmed after "
+                      f"retention) and its records after {describe(begin.shards[key].position)} "
+                      "were not read; dropping it", fail=self.options.fail_on_data_loss, side="driver")
         order = _order(tracked, listing)
         per_shard, total = self._caps(limit)
         max_bytes = None if self._read_all(limit) else self.options.max_bytes_per_shard

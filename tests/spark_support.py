@@ -139,3 +139,35 @@ def signed_requests() -> Iterator[list[tuple[str, str, str, str]]]:
 
     with mock.patch.object(BaseResponse, "call_action", recording):
         yield seen
+
+
+def stream_reader(endpoint_url: str, streams: str = "orders", **options: str) -> Any:
+    """A ``KinesisStreamReader`` (driver side) with validated options, outside Spark."""
+    from spark_integration.options import parse_options
+    from spark_integration.stream_reader import KinesisStreamReader
+
+    parsed = parse_options({"streamName": streams, "endpointUrl": endpoint_url,
+                            "region": "us-east-1", **options}, streaming=True)
+    return KinesisStreamReader(parsed)
+
+
+def executor_ids(reader: Any, start: dict[str, Any], end: dict[str, Any]) -> list[int]:
+    """The ``id``\\ s an executor reads for the batch (start, end], in order: the partitions
+    and the reader are pickled and unpickled on the way, as Spark ships them."""
+    import pickle
+
+    executor = pickle.loads(pickle.dumps(reader))
+    ids = []
+    for partition in reader.partitions(start, end):
+        for batch in executor.read(pickle.loads(pickle.dumps(partition))):
+            ids.extend(json.loads(d)["id"] for d in batch.column("data").to_pylist())
+    return ids
+
+
+def logged_offsets(reader: Any) -> list[dict[str, Any]]:
+    """The offsets a query would log with ``reader``, from its initial offset until caught up."""
+    offsets = [reader.initialOffset()]
+    limit = reader.getDefaultReadLimit()
+    while (end := reader.latestOffset(offsets[-1], limit)) != offsets[-1]:
+        offsets.append(end)
+    return offsets
