@@ -71,6 +71,9 @@ def test_defaults_and_case_insensitive_keys() -> None:
         ({"roleExternalId": "s3cr3t-value"}, "roleExternalId", "only used with 'roleArn'"),
         ({"roleSessionName": "spark"}, "roleSessionName", "only used with 'roleArn'"),
         ({"rolArn": "arn:aws:iam::123456789012:role/r"}, "rolarn", "Did you mean 'roleArn'"),
+        ({"failOnDataLoss": "maybe"}, "failOnDataLoss", "neither 'true' nor 'false'"),
+        ({"failOnDataLoss": "0"}, "failOnDataLoss", "neither 'true' nor 'false'"),
+        ({"failOnDatalost": "false"}, "failondatalost", "Did you mean 'failOnDataLoss'"),
         ({"maxRecordPerShard": "5"}, "maxrecordpershard", "Did you mean 'maxRecordsPerShard'"),
         ({"awsSecretAccessKey": "s3cr3t-value"}, "awssecretaccesskey", "credential chain"),
         ({"applicationName": "app"}, "applicationName", "set 'leaseTable'"),
@@ -166,3 +169,9 @@ def test_assume_role_options_keep_the_external_id_out_of_sight() -> None:
     assert "s3cr3t-value" not in repr(o)
     assert "s3cr3t-value" not in str(o.raw)
     assert pickle.loads(pickle.dumps(o)) == o
+
+
+def test_fail_on_data_loss_defaults_to_true() -> None:
+    assert parse().fail_on_data_loss is True
+    assert parse(failOnDataLoss="FALSE").fail_on_data_loss is False
+    assert parse(streaming=False, failondataloss=" true ").fail_on_data_loss is True
