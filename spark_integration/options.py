@@ -22,6 +22,8 @@ from urllib.parse import urlparse
 from kinesis.errors import InvalidOptionError
 
 InitialPosition = Literal["LATEST", "TRIM_HORIZON", "AT_TIMESTAMP"]
+ConsumerType = Literal["GetRecords", "SubscribeToShard"]
+CONSUMER_TYPES: tuple[ConsumerType, ...] = ("GetRecords", "SubscribeToShard")
 MembershipKind = Literal["static", "kubernetes", "dynamodb"]
 
 #: Canonical option names (Spark lower-cases option keys; messages use these spellings).
@@ -37,6 +39,8 @@ STREAM_OPTIONS = (
     "shardsPerPartition",
     "maxShippedBytesPerPartition",
     "describeShardInterval",
+    "consumerType",
+    "consumerName",
     "failOnDataLoss",
     "roleArn",
     "roleSessionName",
@@ -71,6 +75,7 @@ _NEVER_ECHOED = ("roleexternalid",)
 DEFAULT_ROLE_SESSION_NAME = "kinesis-hashring-spark"
 
 _STREAM_NAME = re.compile(r"^[a-zA-Z0-9_.-]{1,128}$")
+_CONSUMER_NAME = _STREAM_NAME  # the same rule (RegisterStreamConsumer's ConsumerName)
 _TABLE_NAME = re.compile(r"^[a-zA-Z0-9_.-]{3,255}$")
 _NAMESPACE = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
 _REGION = re.compile(r"^[a-z]{2}(-[a-z]+)+-\d+$")
@@ -154,6 +159,10 @@ class KinesisOptions:
     max_shipped_bytes_per_partition: int = DEFAULT_MAX_SHIPPED_BYTES
     """0: never ship records in partitions (executors always read from Kinesis)."""
     describe_shard_interval_s: float = 10.0
+    consumer_type: ConsumerType = "GetRecords"
+    """How executors read the ranges they read from Kinesis: GetRecords or Enhanced Fan-Out."""
+    consumer_name: str | None = None
+    """SubscribeToShard: the stream consumer registered (or reused) on every stream."""
     fail_on_data_loss: bool = True
     """False: records trimmed before they were read are skipped (logged and counted)."""
     assume_role: AssumeRoleOptions | None = None
@@ -181,6 +190,7 @@ def parse_options(options: Mapping[str, str], *, streaming: bool) -> KinesisOpti
     shipped = _bytes(opts, "maxShippedBytesPerPartition", DEFAULT_MAX_SHIPPED_BYTES,
                      high=MAX_SHIPPED_BYTES_LIMIT)
     interval = _duration(opts, "describeShardInterval", 10.0, low=0.0)
+    consumer_type, consumer_name = _consumer(opts)
     fail_on_loss = _bool(opts, "failOnDataLoss", True)
     role = _assume_role(opts)
     group = _group(opts, streaming=streaming)
@@ -196,6 +206,8 @@ def parse_options(options: Mapping[str, str], *, streaming: bool) -> KinesisOpti
         shards_per_partition=per_partition if per_partition is not None else 1,
         max_shipped_bytes_per_partition=shipped,
         describe_shard_interval_s=interval,
+        consumer_type=consumer_type,
+        consumer_name=consumer_name,
         fail_on_data_loss=fail_on_loss,
         assume_role=role,
         group=group,
@@ -344,6 +356,32 @@ def _int(opts: Mapping[str, str], name: str, default: int | None, *, low: int,
     if not low <= number <= high:
         raise _fail(name, f"{number} is out of range: use {low}..{high}")
     return number
+
+
+def _consumer(opts: Mapping[str, str]) -> tuple[ConsumerType, str | None]:
+    text = (opts.get("consumertype") or "").strip()
+    by_lower = {t.lower(): t for t in CONSUMER_TYPES}
+    kind = by_lower.get(text.lower()) if text else "GetRecords"
+    if kind is None:
+        close = difflib.get_close_matches(text.lower(), list(by_lower), n=1, cutoff=0.6)
+        hint = f" Did you mean '{by_lower[close[0]]}'?" if close else ""
+        raise _fail("consumerType", f"{text!r} is not one of {', '.join(CONSUMER_TYPES)}.{hint} "
+                    "(Enhanced Fan-Out is SubscribeToShard)")
+    name = (opts.get("consumername") or "").strip() or None
+    if kind == "GetRecords":
+        if name is not None:
+            raise _fail("consumerName", "is only used with consumerType=SubscribeToShard "
+                        "(GetRecords needs no registered consumer)")
+        return kind, None
+    if name is None:
+        raise _fail("consumerName", "is required with consumerType=SubscribeToShard: the "
+                    "stream consumer to register, or reuse if it exists, e.g. 'orders-spark'. "
+                    "Give each application its own: Kinesis keeps one subscription per "
+                    "consumer and shard")
+    if not _CONSUMER_NAME.match(name):
+        raise _fail("consumerName", f"{name!r} is not a valid stream consumer name "
+                    "(1-128 characters from a-z, A-Z, 0-9, '_', '.', '-')")
+    return kind, name
 
 
 def _bool(opts: Mapping[str, str], name: str, default: bool) -> bool:

@@ -5,7 +5,8 @@ A partition is self-contained: the shard, where to start (exclusive) and where t
 range's records themselves, shipped by the driver (:mod:`spark_integration.shipping`). ``read``
 depends only on the partition and the options, as Spark requires (the reader object on an
 executor is a fresh unpickled copy): it yields shipped records as they are, and reads every
-other range from Kinesis.
+other range from Kinesis: with GetRecords, or with ``consumerType=SubscribeToShard`` over
+Enhanced Fan-Out (:mod:`spark_integration.fanout_range`).
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ import logging
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, Protocol
 
 from pyspark.sql.datasource import InputPartition
 
@@ -24,6 +25,7 @@ from kinesis.consumer.records import Record
 from kinesis.errors import ShardNotFoundError, StartingPositionRejectedError
 from spark_integration.clients import client
 from spark_integration.data_loss import data_lost, describe, start_is_gone
+from spark_integration.fanout_range import FanOutRangeReader
 from spark_integration.offsets import ShardPosition, after, to_start
 from spark_integration.options import KinesisOptions
 from spark_integration.schema import to_arrow_batch
@@ -122,7 +124,7 @@ def read_shard_range(kinesis: Any, shard_range: ShardRange,
     ``failOnDataLoss=false`` yields what is left of it from the trim horizon on.
     """
     r = shard_range
-    reader = _reader(kinesis, r, to_start(r.begin))
+    reader = _reader(kinesis, r, to_start(r.begin), options)
     if r.end is None:
         until = (datetime.fromtimestamp(r.until_ms / 1000, tz=UTC)
                  if r.until_ms is not None else None)
@@ -158,7 +160,7 @@ def read_shard_range(kinesis: Any, shard_range: ShardRange,
             yield record
     except StartingPositionRejectedError as exc:
         lose(f"Kinesis refused its start ({exc.__cause__ or exc})")
-        reader = _reader(kinesis, r, InitialPosition.TRIM_HORIZON)
+        reader = _reader(kinesis, r, InitialPosition.TRIM_HORIZON, options)
         for record in reader.iter_records(until=r.end, stop_when_caught_up=True):
             if after(r.begin, record.position):  # never a record at or before the range start
                 last = record.position
@@ -170,6 +172,23 @@ def read_shard_range(kinesis: Any, shard_range: ShardRange,
              "no longer readable")
 
 
-def _reader(kinesis: Any, r: ShardRange, start: StartPosition) -> ShardReader:
-    return ShardReader(kinesis, r.stream, r.shard_id, start,
-                       max_records=max(1, min(r.limit, MAX_GET_RECORDS_LIMIT)), idle_backoff=0.0)
+class RangeReader(Protocol):
+    """What a range read needs from a reader: :class:`ShardReader` (GetRecords) or
+    :class:`~spark_integration.fanout_range.FanOutRangeReader` (SubscribeToShard)."""
+
+    @property
+    def first_sequence_number(self) -> str | None: ...
+
+    def iter_records(self, *, until: Position | None = None,
+                     stop_when_caught_up: bool = True) -> Iterator[Record]: ...
+
+
+def _reader(kinesis: Any, r: ShardRange, start: StartPosition,
+            options: KinesisOptions) -> RangeReader:
+    """The reader of ``options.consumer_type`` for range ``r``, from ``start``."""
+    limit = max(1, min(r.limit, MAX_GET_RECORDS_LIMIT))
+    if options.consumer_type == "SubscribeToShard":
+        assert options.consumer_name is not None
+        return FanOutRangeReader(kinesis, r.stream, r.shard_id, options.consumer_name, start,
+                                 max_records=limit)
+    return ShardReader(kinesis, r.stream, r.shard_id, start, max_records=limit, idle_backoff=0.0)

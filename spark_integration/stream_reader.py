@@ -43,6 +43,7 @@ from spark_integration.compat import (
     SupportsTriggerAvailableNow,
 )
 from spark_integration.data_loss import data_lost, describe
+from spark_integration.fanout_range import ensure_consumers
 from spark_integration.offsets import (
     Initial,
     ShardOffset,
@@ -261,6 +262,7 @@ class _DriverState:
     def __init__(self, options: KinesisOptions):
         self.options = options
         self.kinesis = client("kinesis", options)
+        ensure_consumers(self.kinesis, options)  # SubscribeToShard: fail now, not in a replay
         self.discovery = {
             s: ShardDiscovery(self.kinesis, s, cache_ttl=options.describe_shard_interval_s)
             for s in options.streams

@@ -71,6 +71,15 @@ def test_defaults_and_case_insensitive_keys() -> None:
         ({"roleExternalId": "s3cr3t-value"}, "roleExternalId", "only used with 'roleArn'"),
         ({"roleSessionName": "spark"}, "roleSessionName", "only used with 'roleArn'"),
         ({"rolArn": "arn:aws:iam::123456789012:role/r"}, "rolarn", "Did you mean 'roleArn'"),
+        ({"consumerType": "SubscribeToShards"}, "consumerType",
+         "Did you mean 'SubscribeToShard'?"),
+        ({"consumerType": "getrecord"}, "consumerType", "Did you mean 'GetRecords'?"),
+        ({"consumerType": "efo"}, "consumerType", "Enhanced Fan-Out is SubscribeToShard"),
+        ({"consumerType": "SubscribeToShard"}, "consumerName", "is required with"),
+        ({"consumerType": "SubscribeToShard", "consumerName": "bad name"}, "consumerName",
+         "not a valid stream consumer name"),
+        ({"consumerName": "app"}, "consumerName", "only used with consumerType=SubscribeToShard"),
+        ({"consumerNames": "app"}, "consumernames", "Did you mean 'consumerName'"),
         ({"failOnDataLoss": "maybe"}, "failOnDataLoss", "neither 'true' nor 'false'"),
         ({"failOnDataLoss": "0"}, "failOnDataLoss", "neither 'true' nor 'false'"),
         ({"failOnDatalost": "false"}, "failondatalost", "Did you mean 'failOnDataLoss'"),
@@ -175,3 +184,10 @@ def test_fail_on_data_loss_defaults_to_true() -> None:
     assert parse().fail_on_data_loss is True
     assert parse(failOnDataLoss="FALSE").fail_on_data_loss is False
     assert parse(streaming=False, failondataloss=" true ").fail_on_data_loss is True
+
+
+def test_consumer_type() -> None:
+    assert (parse().consumer_type, parse().consumer_name) == ("GetRecords", None)
+    assert parse(consumerType="getrecords").consumer_type == "GetRecords"
+    fanout = parse(streaming=False, consumertype="subscribetoshard", consumerName=" orders-x ")
+    assert (fanout.consumer_type, fanout.consumer_name) == ("SubscribeToShard", "orders-x")
