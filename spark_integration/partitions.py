@@ -142,27 +142,30 @@ def read_shard_range(kinesis: Any, shard_range: ShardRange,
         data_lost(r.stream, r.shard_id, f"the logged range after {describe(r.begin)} up to "
                   f"{describe(r.end)}: {what}", fail=options.fail_on_data_loss, side="executor")
 
-    def checked(records: Iterator[Record], verify: bool) -> Iterator[Record]:
+    def checked(records: Iterator[Record]) -> Iterator[Record]:
+        """``records``, after checking (at the first one, or at the end if none) that the
+        range's start record was the first one the reader got."""
         first = True
         for record in records:
-            if first and verify and start_is_gone(r.begin, reader.first_sequence_number):
+            if first and start_is_gone(r.begin, reader.first_sequence_number):
                 lose(f"its records before sequence number {reader.first_sequence_number} were "
                      "trimmed before they were read")
             first = False
             yield record
-        if first and verify and start_is_gone(r.begin, reader.first_sequence_number):
+        if first and start_is_gone(r.begin, reader.first_sequence_number):
             lose("none of its records is left")
 
     last: Position | None = None
     try:
-        for record in checked(reader.iter_records(until=r.end, stop_when_caught_up=True), True):
+        for record in checked(reader.iter_records(until=r.end, stop_when_caught_up=True)):
             last = record.position
             yield record
     except StartingPositionRejectedError as exc:
         lose(f"Kinesis refused its start ({exc.__cause__ or exc})")
         reader = _reader(kinesis, r, InitialPosition.TRIM_HORIZON, options)
+        done: ShardPosition = r.begin if last is None else last
         for record in reader.iter_records(until=r.end, stop_when_caught_up=True):
-            if after(r.begin, record.position):  # never a record at or before the range start
+            if after(done, record.position):  # never a record yielded already or before the start
                 last = record.position
                 yield record
     except ShardNotFoundError:

@@ -118,6 +118,8 @@ class Prober:
                        f"{describe(begin)} ({exc.__cause__ or exc})")
             slot, fresh = self._new_slot(stream, shard_id, Initial("TRIM_HORIZON"), begin,
                                          budget), False
+            for _ in slot.reader.iter_records(until=begin, stop_when_caught_up=True):
+                pass  # records at or before begin, if any are left: the batch starts after it
             taken = self._take(slot, begin, budget, until_ms, max_bytes)
         except ShardNotFoundError:
             self._lost(stream, shard_id, f"the shard is gone; its records after "

@@ -175,3 +175,16 @@ def test_a_query_restarted_after_its_position_was_trimmed_fails_unless_told_to_s
     query.processAllAvailable()
     query.stop()
     assert sorted(seen) == [*range(12), 13, 14, 15, 16]  # id 12 was lost
+
+
+def test_after_a_refused_start_nothing_at_or_before_the_start_is_read(aws: LocalAWS) -> None:
+    """Kinesis refuses the start although nothing was trimmed: reading on from the trim
+    horizon must still begin after the range's start."""
+    offsets = four_batches(aws)
+    with fanout_endpoint(aws.endpoint_url) as proxy:
+        lenient = replayer(proxy.endpoint_url, failOnDataLoss="false")
+        proxy.fail("GetShardIterator", "InvalidArgumentException")
+        assert executor_ids(lenient, offsets[1], offsets[2]) == [3, 4, 5]
+        proxy.fail("GetShardIterator", "InvalidArgumentException")
+        end = lenient.latestOffset(offsets[1], None)
+        assert executor_ids(lenient, offsets[1], end) == [3, 4, 5]
