@@ -28,7 +28,7 @@ from kinesis.consumer.consumer_registration import ConsumerRegistration
 from kinesis.consumer.fanout_reader import FanOutReader
 from kinesis.consumer.positions import Position, StartPosition
 from kinesis.consumer.records import Record
-from kinesis.errors import KinesisRetriesExhaustedError
+from kinesis.errors import FanOutConsumerLimitError, KinesisRetriesExhaustedError
 from spark_integration.options import KinesisOptions
 
 #: Seconds a range read waits for a first (or next) event before it gives up.
@@ -49,7 +49,12 @@ def registration(kinesis: Any, stream: str, consumer_name: str) -> ConsumerRegis
             found = ConsumerRegistration(kinesis, stream, consumer_name, poll_interval=0.5,
                                          retry_option=RETRY_BUDGET)
             _REGISTRATIONS[key] = found
-    found.ensure()
+    try:
+        found.ensure()
+    except FanOutConsumerLimitError as exc:
+        raise FanOutConsumerLimitError(
+            f"{exc} (Spark source: reuse a registered consumer as consumerName, or read with "
+            "consumerType=GetRecords)") from exc
     return found
 
 

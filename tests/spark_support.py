@@ -171,3 +171,21 @@ def logged_offsets(reader: Any) -> list[dict[str, Any]]:
     while (end := reader.latestOffset(offsets[-1], limit)) != offsets[-1]:
         offsets.append(end)
     return offsets
+
+
+#: moto's default account: the one the "testing" keys map to.
+MOTO_ACCOUNT = "123456789012"
+
+
+def moto_stream(name: str, region: str = "us-east-1") -> Any:
+    """The in-process moto server's model of stream ``name`` (for simulating what AWS does)."""
+    from moto.kinesis.models import kinesis_backends
+
+    return kinesis_backends[MOTO_ACCOUNT][region].streams[name]
+
+
+def trim_oldest(stream: str, shard_id: str, count: int) -> None:
+    """Delete the ``count`` oldest records of a moto shard, as the retention period does."""
+    records = moto_stream(stream).shards[shard_id].records
+    for sequence_number in list(records)[:count]:
+        del records[sequence_number]

@@ -24,26 +24,14 @@ from tests.spark_support import (
     create_stream,
     executor_ids,
     logged_offsets,
+    moto_stream,
     put_json,
     stream_reader,
+    trim_oldest,
 )
 from tests.support.fanout_endpoint import fanout_endpoint
 
-ACCOUNT = "123456789012"  # moto's default account: the one the "testing" keys map to
 SHARD = "shardId-000000000000"
-
-
-def moto_stream(name: str) -> Any:
-    from moto.kinesis.models import kinesis_backends
-
-    return kinesis_backends[ACCOUNT]["us-east-1"].streams[name]
-
-
-def trim_oldest(stream: str, shard_id: str, count: int) -> None:
-    """Delete the ``count`` oldest records of a shard, as the retention period does."""
-    records = moto_stream(stream).shards[shard_id].records
-    for sequence_number in list(records)[:count]:
-        del records[sequence_number]
 
 
 def four_batches(aws: LocalAWS, **options: str) -> list[dict[str, Any]]:

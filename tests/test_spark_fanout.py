@@ -15,7 +15,8 @@ from typing import Any
 
 import pytest
 
-from kinesis.errors import DataLossError
+from kinesis.consumer.aggregation import aggregate
+from kinesis.errors import DataLossError, FanOutConsumerLimitError
 from kinesis.testing import LocalAWS
 from spark_integration.batch_reader import KinesisBatchReader
 from spark_integration.data_loss import LOSSES
@@ -26,10 +27,12 @@ from tests.spark_support import (
     logged_offsets,
     put_json,
     stream_reader,
+    trim_oldest,
 )
 from tests.support.fanout_endpoint import FanOutEndpoint, fanout_endpoint
 from tests.support.waiting import eventually
-from tests.test_spark_data_loss import SHARD, trim_oldest
+
+SHARD = "shardId-000000000000"
 
 FANOUT = {"consumerType": "SubscribeToShard", "consumerName": "spark-app",
           "maxShippedBytesPerPartition": "0"}
@@ -52,16 +55,22 @@ def test_a_logged_range_replays_exactly_over_subscribe_to_shard(
     kinesis = aws.client("kinesis")
     create_stream(kinesis, "orders", 2)
     put_json(kinesis, "orders", [{"id": i} for i in range(40)])
+    # one KPL aggregate of ten user records: batches of 4 start inside it
+    users = [(f"k{i}", json.dumps({"id": i}).encode()) for i in range(40, 50)]
+    for agg in aggregate(users):
+        kinesis.put_record(StreamName="orders", Data=agg.data, PartitionKey=agg.partition_key,
+                           ExplicitHashKey=agg.explicit_hash_key)
     options = {"initialPosition": "TRIM_HORIZON", "maxRecordsPerShard": "4"}
     driver = stream_reader(endpoint.endpoint_url, **options, **FANOUT)
     driver.initialOffset()
     assert consumers(aws) == ["spark-app"]  # registered when the driver started
     offsets = logged_offsets(driver)
-    put_json(kinesis, "orders", [{"id": i} for i in range(40, 50)])  # beyond every logged end
+    put_json(kinesis, "orders", [{"id": i} for i in range(50, 60)])  # beyond every logged end
     fanout = [executor_ids(driver, a, b) for a, b in pairwise(offsets)]
     polled = stream_reader(endpoint.endpoint_url, **options, maxShippedBytesPerPartition="0")
     assert fanout == [executor_ids(polled, a, b) for a, b in pairwise(offsets)]  # same order
-    assert sorted(i for b in fanout for i in b) == list(range(40))
+    assert sorted(i for b in fanout for i in b) == list(range(50))
+    assert any(v.get("sub", 0) > 0 for o in offsets for v in o.values())  # inside the aggregate
     assert all(len(b) <= 2 * 4 for b in fanout)
     # every range was one subscription, from where its logged start says, then closed
     subscribed = endpoint.calls("subscribed")
@@ -142,3 +151,18 @@ def test_a_spark_query_reads_over_subscribe_to_shard(
     assert sorted(seen) == list(range(45))  # exactly once
     assert len(endpoint.calls("subscribed")) >= 4  # 2 shards, at least 2 batches each
     assert consumers(aws) == ["spark-app"]
+
+
+def test_the_consumer_quota_fails_the_query_at_start_naming_the_options(
+        aws: LocalAWS, endpoint: FanOutEndpoint) -> None:
+    kinesis = aws.client("kinesis")
+    create_stream(kinesis, "orders", 1)
+    arn = kinesis.describe_stream_summary(StreamName="orders")["StreamDescriptionSummary"]["StreamARN"]
+    for i in range(20):  # the default quota of registered consumers per stream
+        kinesis.register_stream_consumer(StreamARN=arn, ConsumerName=f"other-{i}")
+    # moto has no quota: the endpoint answers like AWS at it (more times than botocore retries)
+    endpoint.fail("RegisterStreamConsumer", "LimitExceededException", times=20)
+    driver = stream_reader(endpoint.endpoint_url, **{**FANOUT, "consumerName": "one-too-many"})
+    with pytest.raises(FanOutConsumerLimitError) as info:
+        driver.initialOffset()
+    assert "consumerName" in str(info.value) and "consumerType=GetRecords" in str(info.value)
