@@ -50,6 +50,11 @@ class ShardNotFoundError(KinesisHashRingError, LookupError):
     """The shard does not exist in the stream (wrong id, or trimmed after retention)."""
 
 
+class StartingPositionRejectedError(ConfigurationError):
+    """Kinesis refused a starting sequence number (``InvalidArgumentException``): it is not of
+    this shard, or it was trimmed after the retention period."""
+
+
 class StreamNotActiveError(KinesisHashRingError):
     """The Kinesis stream exists but is not ACTIVE (being created, deleted or updated)."""
 
@@ -169,3 +174,8 @@ class InvalidOffsetError(KinesisHashRingError, ValueError):
 
 class OffsetRangeUnavailableError(KinesisHashRingError):
     """A planned micro-batch range can no longer be read in full (records trimmed meanwhile)."""
+
+
+class DataLossError(OffsetRangeUnavailableError):
+    """Records the query had not read yet are gone (trimmed after the retention period, or the
+    stream was re-created); raised with ``failOnDataLoss=true``, naming the shard and range."""

@@ -3,7 +3,8 @@
 Every listed shard (open and closed) is one range, read from TRIM_HORIZON or AT_TIMESTAMP up
 to the records that arrived before the read was planned (the driver's clock at planning), or
 SHARD_END, or the point where the shard is caught up. One ListShards call on the driver; one
-GetShardIterator plus ceil(records / 10,000) GetRecords calls per shard on the executors.
+GetShardIterator plus ceil(records / 10,000) GetRecords calls per shard on the executors, or
+with ``consumerType=SubscribeToShard`` one subscription per shard.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from pyspark.sql.datasource import DataSourceReader, InputPartition
 
 from kinesis.consumer.shards import ShardDiscovery, shard_order
 from spark_integration.clients import client
+from spark_integration.fanout_range import ensure_consumers
 from spark_integration.offsets import Initial
 from spark_integration.options import KinesisOptions
 from spark_integration.partitions import (
@@ -34,6 +36,7 @@ class KinesisBatchReader(DataSourceReader):
     def partitions(self) -> list[InputPartition]:
         until_ms = int(time.time() * 1000)
         kinesis = client("kinesis", self.options)
+        ensure_consumers(kinesis, self.options)
         if self.options.initial_position == "AT_TIMESTAMP":
             begin = Initial("AT_TIMESTAMP", self.options.initial_timestamp_ms)
         else:

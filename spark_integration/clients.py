@@ -1,4 +1,8 @@
-"""boto3 clients built from the source options (credentials from the normal boto3 chain)."""
+"""boto3 clients built from the source options.
+
+Credentials come from the normal boto3 chain or, with ``roleArn``, from the role it assumes
+(:mod:`spark_integration.assume_role`).
+"""
 
 from __future__ import annotations
 
@@ -12,9 +16,10 @@ from botocore.config import Config
 from botocore.utils import parse_timestamp
 
 from kinesis.errors import InvalidOptionError
-from spark_integration.options import KinesisOptions
+from spark_integration.assume_role import use_role
+from spark_integration.options import AssumeRoleOptions, KinesisOptions
 
-_CLIENTS: dict[tuple[str, str | None, str | None, str], Any] = {}
+_CLIENTS: dict[tuple[str, str | None, str | None, str, AssumeRoleOptions | None], Any] = {}
 _LOCK = threading.Lock()
 
 # Retries of throttling and 5xx are done by kinesis.consumer.throttling (jittered, interruptible); the
@@ -49,7 +54,8 @@ def user_agent_tag(role: str) -> str:
 
 
 def client(service: str, options: KinesisOptions, *, role: str = "driver") -> Any:
-    """A cached boto3 client for ``service`` in this process (one per region, endpoint, role).
+    """A cached boto3 client for ``service`` in this process (one per region, endpoint, role,
+    assumed IAM role).
 
     boto3 clients are thread-safe; Spark reuses Python workers, so the cache saves the client
     construction (tens of milliseconds) on every task. ``role`` ("driver" or "executor") is
@@ -57,7 +63,7 @@ def client(service: str, options: KinesisOptions, *, role: str = "driver") -> An
     """
     if role not in ROLES:
         raise ValueError(f"role must be one of {ROLES}, got {role!r}")
-    key = (service, options.region, options.endpoint_url, role)
+    key = (service, options.region, options.endpoint_url, role, options.assume_role)
     with _LOCK:
         found = _CLIENTS.get(key)
         if found is None:
@@ -71,6 +77,8 @@ def client(service: str, options: KinesisOptions, *, role: str = "driver") -> An
                     "(AWS_REGION / AWS_DEFAULT_REGION / profile): set .option('region', ...)",
                     option="region",
                 )
+            if options.assume_role is not None:
+                use_role(core, options.assume_role, session.region_name)
             config = _CONFIG.merge(Config(user_agent_extra=user_agent_tag(role)))
             found = session.client(service, endpoint_url=options.endpoint_url, config=config)
             _CLIENTS[key] = found

@@ -2,7 +2,9 @@
 
 Every problem raises :class:`~kinesis.errors.InvalidOptionError` naming the option and saying how
 to fix it. Values are never echoed for options whose name looks secret: credentials come from the
-normal boto3 chain (environment, profile, instance/pod role), never from options.
+normal boto3 chain (environment, profile, instance/pod role), never from options; ``roleArn``
+exchanges them for an assumed role's (:mod:`spark_integration.assume_role`), and
+``roleExternalId`` is never echoed either.
 """
 
 from __future__ import annotations
@@ -20,6 +22,8 @@ from urllib.parse import urlparse
 from kinesis.errors import InvalidOptionError
 
 InitialPosition = Literal["LATEST", "TRIM_HORIZON", "AT_TIMESTAMP"]
+ConsumerType = Literal["GetRecords", "SubscribeToShard"]
+CONSUMER_TYPES: tuple[ConsumerType, ...] = ("GetRecords", "SubscribeToShard")
 MembershipKind = Literal["static", "kubernetes", "dynamodb"]
 
 #: Canonical option names (Spark lower-cases option keys; messages use these spellings).
@@ -30,10 +34,18 @@ STREAM_OPTIONS = (
     "initialPosition",
     "initialTimestamp",
     "maxRecordsPerShard",
+    "maxBytesPerShard",
     "maxRecordsPerTrigger",
     "shardsPerPartition",
     "maxShippedBytesPerPartition",
     "describeShardInterval",
+    "consumerType",
+    "consumerName",
+    "failOnDataLoss",
+    "roleArn",
+    "roleSessionName",
+    "roleExternalId",
+    "stsEndpointUrl",
     "leaseTable",
     "applicationName",
     "memberId",
@@ -57,11 +69,19 @@ _GROUP_ONLY = ("applicationName", "memberId", "membership", "members", "replicas
 #: KubernetesMembership modes (hashring.membership.k8s_api.MODES), spelled as options.
 KUBERNETES_MODES = ("deployment", "replicaset", "statefulset", "label_selector")
 _SECRET_HINTS = ("secret", "password", "token", "accesskey", "credential", "sessionkey")
+_ROLE_ONLY = ("roleSessionName", "roleExternalId", "stsEndpointUrl")
+#: Accepted, but never kept in ``raw`` nor echoed in messages.
+_NEVER_ECHOED = ("roleexternalid",)
+DEFAULT_ROLE_SESSION_NAME = "kinesis-hashring-spark"
 
 _STREAM_NAME = re.compile(r"^[a-zA-Z0-9_.-]{1,128}$")
+_CONSUMER_NAME = _STREAM_NAME  # the same rule (RegisterStreamConsumer's ConsumerName)
 _TABLE_NAME = re.compile(r"^[a-zA-Z0-9_.-]{3,255}$")
 _NAMESPACE = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
 _REGION = re.compile(r"^[a-z]{2}(-[a-z]+)+-\d+$")
+_ROLE_ARN = re.compile(r"^arn:aws(-[a-z]+)*:iam::\d{12}:role/([\w+=,.@-]+/)*[\w+=,.@-]{1,64}$")
+_SESSION_NAME = re.compile(r"^[\w+=,.@-]{2,64}$")
+_EXTERNAL_ID = re.compile(r"^[\w+=,.@:/-]{2,1224}$")
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h)?\s*$")
 _DURATION_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, None: 1.0}
 _BYTES = re.compile(r"^\s*(\d+)\s*([kmg]i?b?|b)?\s*$", re.IGNORECASE)
@@ -76,6 +96,8 @@ MAX_RECORDS_PER_SHARD_LIMIT = 10_000  # GetRecords returns at most 10,000 record
 #: over 1000 KiB and refuses serialized tasks over ``spark.rpc.message.maxSize`` (128 MiB).
 DEFAULT_MAX_SHIPPED_BYTES = 4 << 20
 MAX_SHIPPED_BYTES_LIMIT = 64 << 20
+#: ``maxBytesPerShard`` may not exceed this (far beyond what a shard holds in a day).
+MAX_BYTES_PER_SHARD_LIMIT = 1 << 40
 
 
 @dataclass(frozen=True)
@@ -109,6 +131,17 @@ class GroupOptions:
 
 
 @dataclass(frozen=True)
+class AssumeRoleOptions:
+    """``roleArn``: the driver and the executors call AWS as this IAM role (STS AssumeRole)."""
+
+    role_arn: str
+    session_name: str = DEFAULT_ROLE_SESSION_NAME
+    external_id: str | None = field(default=None, repr=False)
+    sts_endpoint_url: str | None = None
+    """None: the region's STS endpoint (boto3's default)."""
+
+
+@dataclass(frozen=True)
 class KinesisOptions:
     """The validated options; picklable, so executors get the same view as the driver."""
 
@@ -118,11 +151,21 @@ class KinesisOptions:
     initial_position: InitialPosition = "LATEST"
     initial_timestamp_ms: int | None = None
     max_records_per_shard: int = DEFAULT_MAX_RECORDS_PER_SHARD
+    max_bytes_per_shard: int | None = None
+    """Payload bytes (data plus partition key) a shard adds to one micro-batch; a range ends
+    with the record that reaches the limit, so one larger record still makes progress."""
     max_records_per_trigger: int | None = None
     shards_per_partition: int = 1
     max_shipped_bytes_per_partition: int = DEFAULT_MAX_SHIPPED_BYTES
     """0: never ship records in partitions (executors always read from Kinesis)."""
     describe_shard_interval_s: float = 10.0
+    consumer_type: ConsumerType = "GetRecords"
+    """How executors read the ranges they read from Kinesis: GetRecords or Enhanced Fan-Out."""
+    consumer_name: str | None = None
+    """SubscribeToShard: the stream consumer registered (or reused) on every stream."""
+    fail_on_data_loss: bool = True
+    """False: records trimmed before they were read are skipped (logged and counted)."""
+    assume_role: AssumeRoleOptions | None = None
     group: GroupOptions | None = None
     raw: tuple[tuple[str, str], ...] = field(default=(), repr=False, compare=False)
 
@@ -141,11 +184,15 @@ def parse_options(options: Mapping[str, str], *, streaming: bool) -> KinesisOpti
     timestamp = _timestamp(opts.get("initialtimestamp"), position)
     per_shard = _int(opts, "maxRecordsPerShard", DEFAULT_MAX_RECORDS_PER_SHARD,
                      low=1, high=MAX_RECORDS_PER_SHARD_LIMIT)
+    bytes_per_shard = _size(opts, "maxBytesPerShard", high=MAX_BYTES_PER_SHARD_LIMIT)
     per_trigger = _int(opts, "maxRecordsPerTrigger", None, low=1, high=2**62)
     per_partition = _int(opts, "shardsPerPartition", 1, low=1, high=10_000)
     shipped = _bytes(opts, "maxShippedBytesPerPartition", DEFAULT_MAX_SHIPPED_BYTES,
                      high=MAX_SHIPPED_BYTES_LIMIT)
     interval = _duration(opts, "describeShardInterval", 10.0, low=0.0)
+    consumer_type, consumer_name = _consumer(opts)
+    fail_on_loss = _bool(opts, "failOnDataLoss", True)
+    role = _assume_role(opts)
     group = _group(opts, streaming=streaming)
     return KinesisOptions(
         streams=streams,
@@ -154,12 +201,18 @@ def parse_options(options: Mapping[str, str], *, streaming: bool) -> KinesisOpti
         initial_position=position,
         initial_timestamp_ms=timestamp,
         max_records_per_shard=per_shard if per_shard is not None else DEFAULT_MAX_RECORDS_PER_SHARD,
+        max_bytes_per_shard=bytes_per_shard,
         max_records_per_trigger=per_trigger,
         shards_per_partition=per_partition if per_partition is not None else 1,
         max_shipped_bytes_per_partition=shipped,
         describe_shard_interval_s=interval,
+        consumer_type=consumer_type,
+        consumer_name=consumer_name,
+        fail_on_data_loss=fail_on_loss,
+        assume_role=role,
         group=group,
-        raw=tuple(sorted((k, v) for k, v in opts.items() if not _looks_secret(k))),
+        raw=tuple(sorted((k, v) for k, v in opts.items()
+                         if not _looks_secret(k) and k not in _NEVER_ECHOED)),
     )
 
 
@@ -214,14 +267,38 @@ def _region(value: str | None) -> str | None:
     return value
 
 
-def _endpoint(value: str | None) -> str | None:
+def _endpoint(value: str | None, name: str = "endpointUrl") -> str | None:
     if value is None or value == "":
         return None
     url = urlparse(value)
     if url.scheme not in ("http", "https") or not url.netloc:
-        raise _fail("endpointUrl", f"{value!r} is not an http(s) URL such as "
+        raise _fail(name, f"{value!r} is not an http(s) URL such as "
                     "'http://127.0.0.1:5000' (leave it unset for AWS)")
     return value.rstrip("/")
+
+
+def _assume_role(opts: Mapping[str, str]) -> AssumeRoleOptions | None:
+    arn = (opts.get("rolearn") or "").strip()
+    if not arn:
+        present = [n for n in _ROLE_ONLY if opts.get(n.lower())]
+        if present:
+            raise _fail(present[0], "is only used with 'roleArn' (the IAM role to assume)")
+        return None
+    if not _ROLE_ARN.match(arn):
+        raise _fail("roleArn", f"{arn!r} is not an IAM role ARN such as "
+                    "'arn:aws:iam::123456789012:role/kinesis-reader'")
+    session = (opts.get("rolesessionname") or "").strip() or DEFAULT_ROLE_SESSION_NAME
+    if not _SESSION_NAME.match(session):
+        raise _fail("roleSessionName", f"{session!r} is not a role session name (2-64 "
+                    "characters from a-z, A-Z, 0-9 and '_+=,.@-')")
+    external = (opts.get("roleexternalid") or "").strip() or None
+    if external is not None and not _EXTERNAL_ID.match(external):
+        # never echo it: an external ID is handed out like a shared secret
+        raise _fail("roleExternalId", "is not a valid external ID (2-1224 characters from "
+                    "a-z, A-Z, 0-9 and '_+=,.@:/-'); the value is not shown")
+    sts = _endpoint(opts.get("stsendpointurl"), "stsEndpointUrl")
+    return AssumeRoleOptions(role_arn=arn, session_name=session, external_id=external,
+                             sts_endpoint_url=sts)
 
 
 def _position(value: str, *, streaming: bool) -> InitialPosition:
@@ -281,6 +358,41 @@ def _int(opts: Mapping[str, str], name: str, default: int | None, *, low: int,
     return number
 
 
+def _consumer(opts: Mapping[str, str]) -> tuple[ConsumerType, str | None]:
+    text = (opts.get("consumertype") or "").strip()
+    by_lower = {t.lower(): t for t in CONSUMER_TYPES}
+    kind = by_lower.get(text.lower()) if text else "GetRecords"
+    if kind is None:
+        close = difflib.get_close_matches(text.lower(), list(by_lower), n=1, cutoff=0.6)
+        hint = f" Did you mean '{by_lower[close[0]]}'?" if close else ""
+        raise _fail("consumerType", f"{text!r} is not one of {', '.join(CONSUMER_TYPES)}.{hint} "
+                    "(Enhanced Fan-Out is SubscribeToShard)")
+    name = (opts.get("consumername") or "").strip() or None
+    if kind == "GetRecords":
+        if name is not None:
+            raise _fail("consumerName", "is only used with consumerType=SubscribeToShard "
+                        "(GetRecords needs no registered consumer)")
+        return kind, None
+    if name is None:
+        raise _fail("consumerName", "is required with consumerType=SubscribeToShard: the "
+                    "stream consumer to register, or reuse if it exists, e.g. 'orders-spark'. "
+                    "Give each application its own: Kinesis keeps one subscription per "
+                    "consumer and shard")
+    if not _CONSUMER_NAME.match(name):
+        raise _fail("consumerName", f"{name!r} is not a valid stream consumer name "
+                    "(1-128 characters from a-z, A-Z, 0-9, '_', '.', '-')")
+    return kind, name
+
+
+def _bool(opts: Mapping[str, str], name: str, default: bool) -> bool:
+    value = (opts.get(name.lower()) or "").strip().lower()
+    if not value:
+        return default
+    if value not in ("true", "false"):
+        raise _fail(name, f"{value!r} is neither 'true' nor 'false'")
+    return value == "true"
+
+
 def parse_bytes(value: str) -> int:
     """Bytes from '4m', '512k', '4MiB', '1g' (binary units, as Spark's) or a bare number."""
     match = _BYTES.match(value)
@@ -303,6 +415,22 @@ def _bytes(opts: Mapping[str, str], name: str, default: int, *, high: int) -> in
         raise _fail(name, f"{value!r} is too large: use at most {high >> 20}m (Spark sends "
                     "every task through its RPC layer; larger ranges are better re-read "
                     "by the executors)")
+    return number
+
+
+def _size(opts: Mapping[str, str], name: str, *, high: int) -> int | None:
+    """A positive size in bytes ('1m', '512k', a number), or None when unset."""
+    value = opts.get(name.lower())
+    if value is None or value == "":
+        return None
+    try:
+        number = parse_bytes(value)
+    except ValueError:
+        raise _fail(name, f"{value!r} is not a size such as '1m', '512k' or '1048576' "
+                    "(bytes)") from None
+    if not 1 <= number <= high:
+        raise _fail(name, f"{value!r} is out of range: use a positive size of at most "
+                    f"{high >> 30}g (unset: no byte limit)")
     return number
 
 

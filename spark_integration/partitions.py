@@ -5,7 +5,8 @@ A partition is self-contained: the shard, where to start (exclusive) and where t
 range's records themselves, shipped by the driver (:mod:`spark_integration.shipping`). ``read``
 depends only on the partition and the options, as Spark requires (the reader object on an
 executor is a fresh unpickled copy): it yields shipped records as they are, and reads every
-other range from Kinesis.
+other range from Kinesis: with GetRecords, or with ``consumerType=SubscribeToShard`` over
+Enhanced Fan-Out (:mod:`spark_integration.fanout_range`).
 """
 
 from __future__ import annotations
@@ -14,16 +15,18 @@ import logging
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, Protocol
 
 from pyspark.sql.datasource import InputPartition
 
-from kinesis.consumer.positions import Position
+from kinesis.consumer.positions import InitialPosition, Position, StartPosition
 from kinesis.consumer.reader import MAX_GET_RECORDS_LIMIT, ShardReader
 from kinesis.consumer.records import Record
-from kinesis.errors import OffsetRangeUnavailableError
+from kinesis.errors import ShardNotFoundError, StartingPositionRejectedError
 from spark_integration.clients import client
-from spark_integration.offsets import ShardPosition, to_start
+from spark_integration.data_loss import data_lost, describe, start_is_gone
+from spark_integration.fanout_range import FanOutRangeReader
+from spark_integration.offsets import ShardPosition, after, to_start
 from spark_integration.options import KinesisOptions
 from spark_integration.schema import to_arrow_batch
 from spark_integration.shipping import chunks, decode, shipped_range_is
@@ -103,7 +106,7 @@ def read_partition(partition: ShardRangePartition, options: KinesisOptions) -> I
         if kinesis is None:
             kinesis = client("kinesis", options, role="executor")
         chunk: list[Record] = []
-        for record in read_shard_range(kinesis, shard_range):
+        for record in read_shard_range(kinesis, shard_range, options):
             chunk.append(record)
             if len(chunk) >= ARROW_BATCH_ROWS:
                 yield to_arrow_batch(chunk)
@@ -112,11 +115,16 @@ def read_partition(partition: ShardRangePartition, options: KinesisOptions) -> I
             yield to_arrow_batch(chunk)
 
 
-def read_shard_range(kinesis: Any, shard_range: ShardRange) -> Iterator[Record]:
-    """The records of one range; a streaming range must end exactly at its ``end``."""
+def read_shard_range(kinesis: Any, shard_range: ShardRange,
+                     options: KinesisOptions) -> Iterator[Record]:
+    """The records of one range; a streaming range must end exactly at its ``end``.
+
+    A streaming range whose records are no longer all there (see
+    :mod:`spark_integration.data_loss`) fails with ``DataLossError``, or with
+    ``failOnDataLoss=false`` yields what is left of it from the trim horizon on.
+    """
     r = shard_range
-    reader = ShardReader(kinesis, r.stream, r.shard_id, to_start(r.begin),
-                         max_records=max(1, min(r.limit, MAX_GET_RECORDS_LIMIT)), idle_backoff=0.0)
+    reader = _reader(kinesis, r, to_start(r.begin), options)
     if r.end is None:
         until = (datetime.fromtimestamp(r.until_ms / 1000, tz=UTC)
                  if r.until_ms is not None else None)
@@ -126,14 +134,64 @@ def read_shard_range(kinesis: Any, shard_range: ShardRange) -> Iterator[Record]:
                 return
             yield record
         return
+    lost = False
+
+    def lose(what: str) -> None:
+        nonlocal lost
+        lost = True
+        data_lost(r.stream, r.shard_id, f"the logged range after {describe(r.begin)} up to "
+                  f"{describe(r.end)}: {what}", fail=options.fail_on_data_loss, side="executor")
+
+    def checked(records: Iterator[Record]) -> Iterator[Record]:
+        """``records``, after checking (at the first one, or at the end if none) that the
+        range's start record was the first one the reader got."""
+        first = True
+        for record in records:
+            if first and start_is_gone(r.begin, reader.first_sequence_number):
+                lose(f"its records before sequence number {reader.first_sequence_number} were "
+                     "trimmed before they were read")
+            first = False
+            yield record
+        if first and start_is_gone(r.begin, reader.first_sequence_number):
+            lose("none of its records is left")
+
     last: Position | None = None
-    for record in reader.iter_records(until=r.end, stop_when_caught_up=True):
-        last = record.position
-        yield record
-    if last != r.end:
-        raise OffsetRangeUnavailableError(
-            f"shard {r.shard_id} of stream {r.stream!r}: the planned range after {r.begin} up "
-            f"to {r.end} ended at {last}; its records are no longer readable (trimmed after the "
-            "retention period, or the stream was re-created). Restart the query with a new "
-            "checkpoint location to continue from the current data."
-        )
+    try:
+        for record in checked(reader.iter_records(until=r.end, stop_when_caught_up=True)):
+            last = record.position
+            yield record
+    except StartingPositionRejectedError as exc:
+        lose(f"Kinesis refused its start ({exc.__cause__ or exc})")
+        reader = _reader(kinesis, r, InitialPosition.TRIM_HORIZON, options)
+        done: ShardPosition = r.begin if last is None else last
+        for record in reader.iter_records(until=r.end, stop_when_caught_up=True):
+            if after(done, record.position):  # never a record yielded already or before the start
+                last = record.position
+                yield record
+    except ShardNotFoundError:
+        lose("the shard is gone")
+    if last != r.end and not lost:
+        lose(f"the read ended at {describe(last)}, before the range's end: its records are "
+             "no longer readable")
+
+
+class RangeReader(Protocol):
+    """What a range read needs from a reader: :class:`ShardReader` (GetRecords) or
+    :class:`~spark_integration.fanout_range.FanOutRangeReader` (SubscribeToShard)."""
+
+    @property
+    def first_sequence_number(self) -> str | None: ...
+
+    def iter_records(self, *, until: Position | None = None,
+                     stop_when_caught_up: bool = True) -> Iterator[Record]: ...
+
+
+def _reader(kinesis: Any, r: ShardRange, start: StartPosition,
+            options: KinesisOptions) -> RangeReader:
+    """The reader of ``options.consumer_type`` for range ``r``, from ``start``."""
+    limit = max(1, min(r.limit, MAX_GET_RECORDS_LIMIT))
+    if options.consumer_type == "SubscribeToShard":
+        assert options.consumer_name is not None
+        return FanOutRangeReader(kinesis, r.stream, r.shard_id, options.consumer_name, start,
+                                 max_records=limit)
+    return ShardReader(kinesis, r.stream, r.shard_id, start, max_records=limit, idle_backoff=0.0)

@@ -9,12 +9,13 @@ the planned range is the one the driver read (:mod:`spark_integration.shipping`)
 range, a replay after a restart in particular, is read from Kinesis by the executor.
 
 Read limits (Spark 4.2+): ``latestOffset(start, limit)`` honours ``ReadMaxRows`` (the
-``maxRecordsPerTrigger`` option, split evenly over the shards) together with the per-shard cap
-``maxRecordsPerShard``; ``ReadAllAvailable`` (``Trigger.Once``) ignores both, as Spark asks.
+``maxRecordsPerTrigger`` option, split evenly over the shards) together with the per-shard caps
+``maxRecordsPerShard`` and ``maxBytesPerShard``; ``ReadAllAvailable`` (``Trigger.Once``) ignores
+them all, as Spark asks.
 ``Trigger.AvailableNow`` reads up to the records that arrived before the query started.
 On Spark 4.0/4.1 ``latestOffset()`` is called without a start: the reader tracks the start itself
-and makes its end offsets self-contained (see ``_legacy_latest_offset``); only
-``maxRecordsPerShard`` applies there.
+and makes its end offsets self-contained (see ``_legacy_latest_offset``); only the per-shard caps
+(``maxRecordsPerShard``, ``maxBytesPerShard``) apply there.
 
 Group mode, stopping: PySpark ends the driver-side Python process that runs this reader with
 SIGTERM when the query stops, without calling ``stop()``. The reader therefore handles SIGTERM
@@ -41,6 +42,8 @@ from spark_integration.compat import (
     ReadMaxRows,
     SupportsTriggerAvailableNow,
 )
+from spark_integration.data_loss import data_lost, describe
+from spark_integration.fanout_range import ensure_consumers
 from spark_integration.offsets import (
     Initial,
     ShardOffset,
@@ -259,6 +262,7 @@ class _DriverState:
     def __init__(self, options: KinesisOptions):
         self.options = options
         self.kinesis = client("kinesis", options)
+        ensure_consumers(self.kinesis, options)  # SubscribeToShard: fail now, not in a replay
         self.discovery = {
             s: ShardDiscovery(self.kinesis, s, cache_ttl=options.describe_shard_interval_s)
             for s in options.streams
@@ -268,7 +272,8 @@ class _DriverState:
         self.cache = ReadAheadCache(options.max_shipped_bytes_per_partition)
         self.prober = Prober(self.kinesis, batch_limit=min(10_000, options.max_records_per_shard),
                              read_ahead=self.read_ahead,
-                             cache=self.cache if self.cache.enabled else None)
+                             cache=self.cache if self.cache.enabled else None,
+                             fail_on_data_loss=options.fail_on_data_loss)
         self.last_seen: SourceOffset | None = None
         self.initial: SourceOffset | None = None
         self.pool: ThreadPoolExecutor | None = None
@@ -322,9 +327,17 @@ class _DriverState:
         tracked, trimmed = track(begin, listing, self.new_shard_start(), allowed=allowed,
                                  finished_elsewhere=finished_elsewhere)
         for key in trimmed:
-            log.warning("shard %s is no longer listed (trimmed after retention); dropping it", key)
+            if begin.shards[key].done:
+                log.info("shard %s, read to its end, is no longer listed (trimmed after "
+                         "retention); dropping it", key)
+                continue
+            stream, shard_id = split_key(key)
+            data_lost(stream, shard_id, f"the shard is no longer listed (trimmed after "
+                      f"retention) and its records after {describe(begin.shards[key].position)} "
+                      "were not read; dropping it", fail=self.options.fail_on_data_loss, side="driver")
         order = _order(tracked, listing)
         per_shard, total = self._caps(limit)
+        max_bytes = None if self._read_all(limit) else self.options.max_bytes_per_shard
         active = [k for k in order if not tracked.shards[k].done]
         budgets = _budgets(active, per_shard, total, self.batches)
         jobs = {}
@@ -333,7 +346,7 @@ class _DriverState:
             if not entry.done:
                 stream, shard_id = split_key(key)
                 start_pos = resume.get(key, entry.position)
-                jobs[key] = (stream, shard_id, start_pos, budgets[key])
+                jobs[key] = (stream, shard_id, start_pos, budgets[key], max_bytes)
         found = self._probe_all(jobs)
         shards: dict[str, ShardOffset] = {}
         for key in order:
@@ -341,7 +354,7 @@ class _DriverState:
             if entry.done:
                 shards[key] = entry
                 continue
-            stream, _, start_pos, _ = jobs[key]
+            stream, _, start_pos, _, _ = jobs[key]
             result = found[key]
             # A batch that starts from an initial position names it in its end offset: Spark
             # logs only end offsets, and calls initialOffset() again (LATEST: a new "now")
@@ -362,12 +375,13 @@ class _DriverState:
             self.group.planned(end)
         return end
 
-    def _probe_all(self, jobs: dict[str, tuple[str, str, Any, int | None]]) -> dict[str, Any]:
+    def _probe_all(self, jobs: dict[str, tuple[str, str, Any, int | None, int | None]]
+                   ) -> dict[str, Any]:
         """Probe every shard, several at a time (the calls are mostly waiting on the network)."""
         def one(key: str) -> Any:
-            stream, shard_id, start_pos, budget = jobs[key]
+            stream, shard_id, start_pos, budget, max_bytes = jobs[key]
             return self.prober.probe(key, stream, shard_id, start_pos, budget,
-                                     until_ms=self.available_now_ms)
+                                     until_ms=self.available_now_ms, max_bytes=max_bytes)
 
         if len(jobs) <= 1:
             return {key: one(key) for key in jobs}
@@ -376,9 +390,14 @@ class _DriverState:
                                            thread_name_prefix="kinesis-probe")
         return dict(zip(jobs, self.pool.map(one, jobs), strict=True))
 
+    @staticmethod
+    def _read_all(limit: Any) -> bool:
+        """True for ``ReadAllAvailable`` (``Trigger.Once``): every option cap is ignored."""
+        return bool(READ_LIMITS and isinstance(limit, ReadAllAvailable))
+
     def _caps(self, limit: Any) -> tuple[int | None, int | None]:
         """(per-shard cap, total cap) for this batch's read limit."""
-        if READ_LIMITS and isinstance(limit, ReadAllAvailable):
+        if self._read_all(limit):
             return None, None
         per_shard = self.options.max_records_per_shard
         if READ_LIMITS and isinstance(limit, ReadMaxRows) and limit.max_rows < UNBOUNDED_ROWS:

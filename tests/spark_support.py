@@ -111,3 +111,81 @@ def kinesis_calls(operations: Iterable[str] = ("get_records", "get_shard_iterato
             original = getattr(KinesisResponse, name)
             stack.enter_context(mock.patch.object(KinesisResponse, name, counting(name, original)))
         yield counts
+
+
+@contextmanager
+def signed_requests() -> Iterator[list[tuple[str, str, str, str]]]:
+    """Every request the in-process moto server answers, as (service, action, role, access key).
+
+    The access key is the one in the request's SigV4 ``Authorization`` header (who signed
+    it); the role is the source's User-Agent tag as in :func:`kinesis_calls`. It sees every
+    process that talks HTTP to this server (Spark's Python workers too).
+    """
+    from moto.core.responses import BaseResponse
+
+    seen: list[tuple[str, str, str, str]] = []
+    lock = threading.Lock()
+    original = BaseResponse.call_action
+
+    def recording(self: Any) -> Any:
+        agent = str(self.headers.get("User-Agent", ""))
+        role = next((r for r in ("driver", "executor") if f"kinesis-hashring-spark/{r}" in agent),
+                    "other")
+        auth = str(self.headers.get("Authorization", ""))
+        key = auth.split("Credential=", 1)[1].split("/", 1)[0] if "Credential=" in auth else ""
+        with lock:
+            seen.append((str(self.service_name), self._get_action(), role, key))
+        return original(self)
+
+    with mock.patch.object(BaseResponse, "call_action", recording):
+        yield seen
+
+
+def stream_reader(endpoint_url: str, streams: str = "orders", **options: str) -> Any:
+    """A ``KinesisStreamReader`` (driver side) with validated options, outside Spark."""
+    from spark_integration.options import parse_options
+    from spark_integration.stream_reader import KinesisStreamReader
+
+    parsed = parse_options({"streamName": streams, "endpointUrl": endpoint_url,
+                            "region": "us-east-1", **options}, streaming=True)
+    return KinesisStreamReader(parsed)
+
+
+def executor_ids(reader: Any, start: dict[str, Any], end: dict[str, Any]) -> list[int]:
+    """The ``id``\\ s an executor reads for the batch (start, end], in order: the partitions
+    and the reader are pickled and unpickled on the way, as Spark ships them."""
+    import pickle
+
+    executor = pickle.loads(pickle.dumps(reader))
+    ids = []
+    for partition in reader.partitions(start, end):
+        for batch in executor.read(pickle.loads(pickle.dumps(partition))):
+            ids.extend(json.loads(d)["id"] for d in batch.column("data").to_pylist())
+    return ids
+
+
+def logged_offsets(reader: Any) -> list[dict[str, Any]]:
+    """The offsets a query would log with ``reader``, from its initial offset until caught up."""
+    offsets = [reader.initialOffset()]
+    limit = reader.getDefaultReadLimit()
+    while (end := reader.latestOffset(offsets[-1], limit)) != offsets[-1]:
+        offsets.append(end)
+    return offsets
+
+
+#: moto's default account: the one the "testing" keys map to.
+MOTO_ACCOUNT = "123456789012"
+
+
+def moto_stream(name: str, region: str = "us-east-1") -> Any:
+    """The in-process moto server's model of stream ``name`` (for simulating what AWS does)."""
+    from moto.kinesis.models import kinesis_backends
+
+    return kinesis_backends[MOTO_ACCOUNT][region].streams[name]
+
+
+def trim_oldest(stream: str, shard_id: str, count: int) -> None:
+    """Delete the ``count`` oldest records of a moto shard, as the retention period does."""
+    records = moto_stream(stream).shards[shard_id].records
+    for sequence_number in list(records)[:count]:
+        del records[sequence_number]

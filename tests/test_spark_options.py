@@ -56,6 +56,33 @@ def test_defaults_and_case_insensitive_keys() -> None:
         ({"maxShippedBytesPerPartition": "-1"}, "maxShippedBytesPerPartition", "0 turns"),
         ({"maxShippedBytesPerPartition": "1.5m"}, "maxShippedBytesPerPartition", "size"),
         ({"maxShippedBytesPerPartition": "65m"}, "maxShippedBytesPerPartition", "at most 64m"),
+        ({"maxBytesPerShard": "0"}, "maxBytesPerShard", "positive size"),
+        ({"maxBytesPerShard": "-1k"}, "maxBytesPerShard", "not a size"),
+        ({"maxBytesPerShard": "lots"}, "maxBytesPerShard", "'1m'"),
+        ({"maxBytesPerShard": "2048g"}, "maxBytesPerShard", "at most 1024g"),
+        ({"roleArn": "arn:aws:iam::12:role/reader"}, "roleArn", "not an IAM role ARN"),
+        ({"roleArn": "arn:aws:iam::123456789012:user/reader"}, "roleArn", "role/kinesis-reader"),
+        ({"roleArn": "arn:aws:iam::123456789012:role/r", "roleSessionName": "has space"},
+         "roleSessionName", "2-64 characters"),
+        ({"roleArn": "arn:aws:iam::123456789012:role/r", "roleExternalId": "s3cr3t-value!"},
+         "roleExternalId", "not shown"),
+        ({"roleArn": "arn:aws:iam::123456789012:role/r", "stsEndpointUrl": "sts.local"},
+         "stsEndpointUrl", "http(s) URL"),
+        ({"roleExternalId": "s3cr3t-value"}, "roleExternalId", "only used with 'roleArn'"),
+        ({"roleSessionName": "spark"}, "roleSessionName", "only used with 'roleArn'"),
+        ({"rolArn": "arn:aws:iam::123456789012:role/r"}, "rolarn", "Did you mean 'roleArn'"),
+        ({"consumerType": "SubscribeToShards"}, "consumerType",
+         "Did you mean 'SubscribeToShard'?"),
+        ({"consumerType": "getrecord"}, "consumerType", "Did you mean 'GetRecords'?"),
+        ({"consumerType": "efo"}, "consumerType", "Enhanced Fan-Out is SubscribeToShard"),
+        ({"consumerType": "SubscribeToShard"}, "consumerName", "is required with"),
+        ({"consumerType": "SubscribeToShard", "consumerName": "bad name"}, "consumerName",
+         "not a valid stream consumer name"),
+        ({"consumerName": "app"}, "consumerName", "only used with consumerType=SubscribeToShard"),
+        ({"consumerNames": "app"}, "consumernames", "Did you mean 'consumerName'"),
+        ({"failOnDataLoss": "maybe"}, "failOnDataLoss", "neither 'true' nor 'false'"),
+        ({"failOnDataLoss": "0"}, "failOnDataLoss", "neither 'true' nor 'false'"),
+        ({"failOnDatalost": "false"}, "failondatalost", "Did you mean 'failOnDataLoss'"),
         ({"maxRecordPerShard": "5"}, "maxrecordpershard", "Did you mean 'maxRecordsPerShard'"),
         ({"awsSecretAccessKey": "s3cr3t-value"}, "awssecretaccesskey", "credential chain"),
         ({"applicationName": "app"}, "applicationName", "set 'leaseTable'"),
@@ -130,3 +157,37 @@ def test_shipped_bytes_cap() -> None:
     assert parse(maxShippedBytesPerPartition="64MiB").max_shipped_bytes_per_partition == 64 << 20
     assert [parse_bytes(v) for v in ("4m", "4MB", "2g", "1048576", "7b")] == [
         4 << 20, 4 << 20, 2 << 30, 1 << 20, 7]
+
+
+def test_byte_limit_per_shard() -> None:
+    assert parse().max_bytes_per_shard is None
+    assert parse(maxBytesPerShard="1m").max_bytes_per_shard == 1 << 20
+    assert parse(MAXBYTESPERSHARD="1").max_bytes_per_shard == 1
+    assert parse(maxBytesPerShard="64KiB").max_bytes_per_shard == 64 << 10
+
+
+def test_assume_role_options_keep_the_external_id_out_of_sight() -> None:
+    assert parse().assume_role is None
+    arn = "arn:aws-cn:iam::123456789012:role/team/kinesis-reader"
+    o = parse(roleArn=arn, roleExternalId="s3cr3t-value", stsEndpointUrl="http://127.0.0.1:1/")
+    role = o.assume_role
+    assert role is not None
+    assert (role.role_arn, role.session_name) == (arn, "kinesis-hashring-spark")
+    assert (role.external_id, role.sts_endpoint_url) == ("s3cr3t-value", "http://127.0.0.1:1")
+    assert parse(roleArn=arn, roleSessionName="etl@prod").assume_role.session_name == "etl@prod"
+    assert "s3cr3t-value" not in repr(o)
+    assert "s3cr3t-value" not in str(o.raw)
+    assert pickle.loads(pickle.dumps(o)) == o
+
+
+def test_fail_on_data_loss_defaults_to_true() -> None:
+    assert parse().fail_on_data_loss is True
+    assert parse(failOnDataLoss="FALSE").fail_on_data_loss is False
+    assert parse(streaming=False, failondataloss=" true ").fail_on_data_loss is True
+
+
+def test_consumer_type() -> None:
+    assert (parse().consumer_type, parse().consumer_name) == ("GetRecords", None)
+    assert parse(consumerType="getrecords").consumer_type == "GetRecords"
+    fanout = parse(streaming=False, consumertype="subscribetoshard", consumerName=" orders-x ")
+    assert (fanout.consumer_type, fanout.consumer_name) == ("SubscribeToShard", "orders-x")

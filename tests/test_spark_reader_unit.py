@@ -134,3 +134,36 @@ def test_spark_40_call_sequence_without_start_or_limit(aws: LocalAWS) -> None:
         restarted.partitions(begin, end)
         begin = end
     assert sorted(seen + rest) == list(range(20))
+
+
+def _put_sized(kinesis: Any, sizes: list[int]) -> None:
+    """One record per size: ``size`` payload bytes (data plus the 1-byte partition key)."""
+    for i, size in enumerate(sizes):
+        body = json.dumps({"id": i}).encode()
+        data = body + b" " * (size - 1 - len(body))
+        kinesis.put_record(StreamName="orders", Data=data, PartitionKey="k")
+
+
+def test_byte_limit_ends_a_range_with_the_record_that_reaches_it(aws: LocalAWS) -> None:
+    kinesis = aws.client("kinesis")
+    create_stream(kinesis, "orders", 1)
+    _put_sized(kinesis, [100, 100, 100, 100, 1000, 100, 100])
+    driver = _reader(aws, initialPosition="TRIM_HORIZON", maxBytesPerShard="250")
+    offsets = [driver.initialOffset()]
+    limit = driver.getDefaultReadLimit()
+    while (end := driver.latestOffset(offsets[-1], limit)) != offsets[-1]:
+        offsets.append(end)
+    batches = [_rows(driver, a, b) for a, b in itertools.pairwise(offsets)]
+    # 300 bytes cross 250 at the third record; the 1000-byte record alone exceeds the limit
+    # and still makes a batch of its own
+    assert batches == [[0, 1, 2], [3, 4], [5, 6]]
+    exact = _reader(aws, initialPosition="TRIM_HORIZON", maxBytesPerShard="200")
+    start = exact.initialOffset()
+    assert _rows(exact, start, exact.latestOffset(start, limit)) == [0, 1]  # 200 reaches 200
+    # a fresh process replays a logged range from Kinesis with the same records
+    replayer = _reader(aws, initialPosition="TRIM_HORIZON", maxBytesPerShard="250",
+                       maxShippedBytesPerPartition="0")
+    assert _rows(replayer, offsets[1], offsets[2]) == [3, 4]
+    # Trigger.Once (ReadAllAvailable) ignores the byte limit, as every other cap
+    everything = driver.latestOffset(offsets[0], ReadAllAvailable())
+    assert _rows(driver, offsets[0], everything) == list(range(7))

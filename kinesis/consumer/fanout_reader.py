@@ -57,6 +57,7 @@ from kinesis.errors import (
     KinesisHashRingError,
     KinesisRetriesExhaustedError,
     ShardNotFoundError,
+    StartingPositionRejectedError,
     access_denied_message,
     is_access_denied,
 )
@@ -190,6 +191,7 @@ class FanOutReader:
         self._not_before = 0.0
         self._failures = 0  # consecutive failed subscriptions (backoff)
         self._transient = 0  # consecutive transient errors (retry budget)
+        self._first_sequence_number: str | None = None
 
     # -- state ---------------------------------------------------------------------------
     @property
@@ -201,6 +203,13 @@ class FanOutReader:
     def shard_ended(self) -> bool:
         """True once the shard's last event was received and every record was delivered."""
         return self._exhausted and not self._pending
+
+    @property
+    def first_sequence_number(self) -> str | None:
+        """The sequence number of the first Kinesis record any event carried, before records
+        up to the start position were dropped; None until one arrived. Started from a
+        :class:`Position`, it is that position's own record unless it is gone."""
+        return self._first_sequence_number
 
     @property
     def continuation(self) -> str | None:
@@ -271,7 +280,10 @@ class FanOutReader:
         self.stats.events += 1
         self._failures = self._transient = 0
         self._millis_behind = event.get("MillisBehindLatest")
-        records = records_from_response(self.stream_name, self.shard_id, event.get("Records") or ())
+        raw = event.get("Records") or ()
+        if raw and self._first_sequence_number is None:
+            self._first_sequence_number = str(raw[0]["SequenceNumber"])
+        records = records_from_response(self.stream_name, self.shard_id, raw)
         if self._resume is not None:
             resume = self._resume
             records = [r for r in records if r.position > resume]
@@ -419,7 +431,7 @@ class FanOutReader:
                 "A shard older than the retention period is trimmed."
             )
         if code == "InvalidArgumentException":
-            return ConfigurationError(
+            return StartingPositionRejectedError(
                 f"SubscribeToShard refused to start shard {self.shard_id} of stream {self.stream_name!r} "
                 f"at {self._starting_position()}: {exc}"
             )

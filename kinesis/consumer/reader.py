@@ -28,6 +28,7 @@ from kinesis.errors import (
     ConfigurationError,
     KinesisHashRingError,
     ShardNotFoundError,
+    StartingPositionRejectedError,
     StreamNotFoundError,
 )
 
@@ -119,8 +120,16 @@ class ShardReader:
         self._pending: list[Record] = []
         self._millis_behind: int | None = None
         self._children: tuple[str, ...] = ()
+        self._first_sequence_number: str | None = None
 
     # -- state ---------------------------------------------------------------------------
+    @property
+    def first_sequence_number(self) -> str | None:
+        """The sequence number of the first Kinesis record any GetRecords returned, before
+        records up to the start position were dropped; None until one was returned. Started
+        from a :class:`Position`, it is that position's own record unless it is gone."""
+        return self._first_sequence_number
+
     @property
     def last_position(self) -> Position | None:
         """The last record delivered (or the start checkpoint): where a resume would start."""
@@ -161,7 +170,10 @@ class ShardReader:
         self._millis_behind = response.get("MillisBehindLatest")
         if self._exhausted:
             self._children = tuple(c["ShardId"] for c in response.get("ChildShards") or ())
-        records = records_from_response(self.stream_name, self.shard_id, response.get("Records", ()))
+        raw = response.get("Records", ())
+        if raw and self._first_sequence_number is None:
+            self._first_sequence_number = str(raw[0]["SequenceNumber"])
+        records = records_from_response(self.stream_name, self.shard_id, raw)
         if self._resume is not None:
             resume = self._resume
             records = [r for r in records if r.position > resume]
@@ -274,7 +286,7 @@ class ShardReader:
         except ClientError as exc:
             code = _code(exc)
             if code == "InvalidArgumentException":
-                raise ConfigurationError(
+                raise StartingPositionRejectedError(
                     f"GetShardIterator refused to start shard {self.shard_id} of stream "
                     f"{self.stream_name!r} at {args}: {exc}"
                 ) from exc
