@@ -2,6 +2,7 @@
 
 from kinesis.consumer.fanout_reader import FanOutReader
 from kinesis.consumer.positions import InitialPosition, Position
+from kinesis.consumer.prepared_checkpointer import PreparedCheckpointer
 from kinesis.consumer.processing_failures import FailedBatch, FailureAction, ProcessorRetryPolicy
 from kinesis.consumer.processor import Checkpointer, InitializationInput, RecordProcessor
 from kinesis.consumer.reader import ReadResult, ShardReader, read_range
@@ -81,6 +82,7 @@ __all__ = [
     "LeaseTableSchemaError",
     "NullListener",
     "Position",
+    "PreparedCheckpointer",
     "ProcessorRetryPolicy",
     "ReadResult",
     "Record",

@@ -93,6 +93,8 @@ class LeaseHolder(Protocol):
 
     def checkpoint(self, key: str, checkpoint: Checkpoint | str | object) -> Lease: ...
 
+    def prepare_checkpoint(self, key: str, checkpoint: Checkpoint | str | object) -> Lease: ...
+
     def release(self, key: str) -> bool: ...
 
 
@@ -236,7 +238,10 @@ class ShardConsumer:
         start = checkpoint.to_start_position()
         assert start is not None
         last = start if isinstance(start, Position) else None
-        checkpointer = LeaseCheckpointer(coordinator, self.key, self.spec.stream, self.shard_id, last)
+        pending = _pending_position(self.lease.pending_checkpoint, checkpoint)
+        checkpointer = LeaseCheckpointer(
+            coordinator, self.key, self.spec.stream, self.shard_id, last, pending
+        )
         self.checkpointer = checkpointer
         processor = self.processor_factory()
         if not isinstance(processor, RecordProcessor):
@@ -245,7 +250,9 @@ class ShardConsumer:
                 f"{type(processor).__name__}, not a kinesis.RecordProcessor"
             )
         initial = start if isinstance(start, InitialPosition) else self.spec.start
-        processor.initialize(InitializationInput(self.spec.stream, self.shard_id, last, initial))
+        processor.initialize(
+            InitializationInput(self.spec.stream, self.shard_id, last, initial, pending_checkpoint=pending)
+        )
         reader = self.pool.make_reader(self.spec, self.shard_id, start, self._wake)
         self.state = "processing"
         try:
@@ -570,6 +577,14 @@ class ConsumerPool:
         return [c.status() for c in self.consumers()]
 
 
+def _pending_position(pending: Checkpoint | None, checkpoint: Checkpoint) -> Position | None:
+    """The lease's pending checkpoint as a position, if it is still ahead of the checkpoint
+    (a member of an older release may have checkpointed past it without clearing it)."""
+    if pending is None or not checkpoint < pending:
+        return None
+    return Position(pending.sequence_number, pending.sub_sequence_number)
+
+
 class _NoCoordinator:
     """Placeholder until the worker wires its coordinator in."""
 
@@ -580,6 +595,9 @@ class _NoCoordinator:
         return None
 
     def checkpoint(self, key: str, checkpoint: Checkpoint | str | object) -> Lease:
+        raise LeaseLostError("the worker has no lease coordinator yet")
+
+    def prepare_checkpoint(self, key: str, checkpoint: Checkpoint | str | object) -> Lease:
         raise LeaseLostError("the worker has no lease coordinator yet")
 
     def release(self, key: str) -> bool:
