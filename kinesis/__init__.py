@@ -1,6 +1,8 @@
 """A pure-Python Kinesis consumer with a balanced, fenced DynamoDB lease loop."""
 
 from kinesis.consumer.fanout_reader import FanOutReader
+from kinesis.consumer.kclpy_adapter import KclpyProcessor
+from kinesis.consumer.kclpy_checkpointer import KclpyCheckpointError
 from kinesis.consumer.positions import InitialPosition, Position
 from kinesis.consumer.prepared_checkpointer import PreparedCheckpointer
 from kinesis.consumer.processing_failures import FailedBatch, FailureAction, ProcessorRetryPolicy
@@ -24,6 +26,7 @@ from kinesis.errors import (
     LeaseTableError,
     LeaseTableNotFoundError,
     LeaseTableSchemaError,
+    ProcessorStyleError,
     StreamNotActiveError,
     StreamNotFoundError,
 )
@@ -68,6 +71,8 @@ __all__ = [
     "FanOutReader",
     "InitialPosition",
     "InitializationInput",
+    "KclpyCheckpointError",
+    "KclpyProcessor",
     "KinesisAccessDeniedError",
     "KinesisHashRingError",
     "Lease",
@@ -84,6 +89,7 @@ __all__ = [
     "Position",
     "PreparedCheckpointer",
     "ProcessorRetryPolicy",
+    "ProcessorStyleError",
     "ReadResult",
     "Record",
     "RecordProcessor",

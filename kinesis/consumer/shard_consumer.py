@@ -60,6 +60,7 @@ from kinesis.consumer.processing_failures import (
     ProcessorRetryPolicy,
 )
 from kinesis.consumer.processor import InitializationInput, RecordProcessor
+from kinesis.consumer.processor_style import adapt_processor
 from kinesis.consumer.records import Record
 from kinesis.consumer.retrieval import BatchReader, make_reader
 from kinesis.consumer.worker_config import ProcessorFactory, StreamConfig, WorkerConfig
@@ -243,12 +244,10 @@ class ShardConsumer:
             coordinator, self.key, self.spec.stream, self.shard_id, last, pending
         )
         self.checkpointer = checkpointer
-        processor = self.processor_factory()
-        if not isinstance(processor, RecordProcessor):
-            raise ConfigurationError(
-                f"the processor factory of stream {self.spec.stream!r} returned "
-                f"{type(processor).__name__}, not a kinesis.RecordProcessor"
-            )
+        processor = adapt_processor(
+            self.processor_factory(), self.pool.processor_style,
+            source=f"the processor factory of stream {self.spec.stream!r}",
+        )
         initial = start if isinstance(start, InitialPosition) else self.spec.start
         processor.initialize(
             InitializationInput(self.spec.stream, self.shard_id, last, initial, pending_checkpoint=pending)
@@ -452,8 +451,11 @@ class ConsumerPool:
         processor_factory: ProcessorFactory | None,
         on_shard_end: Callable[[StreamConfig], None] | None = None,
         registrations: Mapping[str, ConsumerRegistration] | None = None,
+        processor_style: str = "auto",
     ):
         self.config = config
+        self.processor_style = processor_style
+        """``"auto"``, ``"sdk"`` or ``"kclpy"`` (:mod:`kinesis.consumer.processor_style`)."""
         self.kinesis_client = kinesis_client
         self.registrations: Mapping[str, ConsumerRegistration] = registrations or {}
         """Enhanced Fan-Out consumers by stream key prefix (streams with retrieval="fanout")."""
