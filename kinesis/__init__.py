@@ -1,7 +1,10 @@
 """A pure-Python Kinesis consumer with a balanced, fenced DynamoDB lease loop."""
 
 from kinesis.consumer.fanout_reader import FanOutReader
+from kinesis.consumer.kclpy_adapter import KclpyProcessor
+from kinesis.consumer.kclpy_checkpointer import KclpyCheckpointError
 from kinesis.consumer.positions import InitialPosition, Position
+from kinesis.consumer.prepared_checkpointer import PreparedCheckpointer
 from kinesis.consumer.processing_failures import FailedBatch, FailureAction, ProcessorRetryPolicy
 from kinesis.consumer.processor import Checkpointer, InitializationInput, RecordProcessor
 from kinesis.consumer.reader import ReadResult, ShardReader, read_range
@@ -23,6 +26,7 @@ from kinesis.errors import (
     LeaseTableError,
     LeaseTableNotFoundError,
     LeaseTableSchemaError,
+    ProcessorStyleError,
     StreamNotActiveError,
     StreamNotFoundError,
 )
@@ -67,6 +71,8 @@ __all__ = [
     "FanOutReader",
     "InitialPosition",
     "InitializationInput",
+    "KclpyCheckpointError",
+    "KclpyProcessor",
     "KinesisAccessDeniedError",
     "KinesisHashRingError",
     "Lease",
@@ -81,7 +87,9 @@ __all__ = [
     "LeaseTableSchemaError",
     "NullListener",
     "Position",
+    "PreparedCheckpointer",
     "ProcessorRetryPolicy",
+    "ProcessorStyleError",
     "ReadResult",
     "Record",
     "RecordProcessor",

@@ -35,6 +35,11 @@ class ConfigurationError(KinesisHashRingError, _HashRingConfigurationError):
     """Invalid configuration, raised when an object is built (also a ``ValueError``)."""
 
 
+class ProcessorStyleError(ConfigurationError):
+    """A processor is neither a ``kinesis.RecordProcessor`` nor an amazon-kclpy v3 processor,
+    or not the style the Worker was told (``processor_style``); the message says which fits."""
+
+
 class LeaseLostError(KinesisHashRingError):
     """This member no longer holds the lease: stop processing the shard, do not checkpoint."""
 

@@ -445,6 +445,25 @@ def test_checkpoint_through_the_coordinator_is_fenced_and_monotonic(table: Lease
     assert table.get("k").checkpoint == Checkpoint("5", 1)  # type: ignore[union-attr]
 
 
+def test_prepare_checkpoint_through_the_coordinator_is_fenced_and_survives_a_takeover(
+    table: LeaseTable,
+) -> None:
+    fleet = Fleet(table, ["k"], ["a"])
+    fleet.round()
+    a = fleet.coordinators["a"]
+    a.checkpoint("k", "5")
+    lease = a.prepare_checkpoint("k", Checkpoint("9", 2))
+    assert lease.pending_checkpoint == Checkpoint("9", 2) and a.lease("k") == lease
+    assert lease.checkpoint == Checkpoint("5") and a.counters["checkpoints_prepared"] == 1
+    with pytest.raises(CheckpointRegressionError):
+        a.prepare_checkpoint("k", "4")
+    taken = table.take(table.get("k"), "intruder")  # type: ignore[arg-type]
+    assert taken is not None and taken.pending_checkpoint == Checkpoint("9", 2)  # the next owner sees it
+    with pytest.raises(LeaseLostError):
+        a.prepare_checkpoint("k", "10")
+    assert table.get("k").pending_checkpoint == Checkpoint("9", 2)  # type: ignore[union-attr]
+
+
 def test_holder_that_cannot_renew_stops_before_anyone_may_take_over(table: LeaseTable) -> None:
     fleet = Fleet(table, ["k"], ["a", "b"], replicas=1)
     fleet.round()

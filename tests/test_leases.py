@@ -365,6 +365,68 @@ def test_checkpoint_resets_owner_switches(tables: tuple[LeaseTable, LeaseTable])
     assert b.checkpoint(moved, "5").owner_switches_since_checkpoint == 0
 
 
+def test_prepare_checkpoint_is_stored_fenced_and_cleared_by_the_next_checkpoint(
+    tables: tuple[LeaseTable, LeaseTable],
+) -> None:
+    a, b = tables
+    lease = a.create_lease_if_absent("s-1", owner="a")
+    assert lease is not None
+    lease = a.checkpoint(lease, "100")
+    prepared = a.prepare_checkpoint(lease, Checkpoint("150", 2))
+    assert prepared.pending_checkpoint == Checkpoint("150", 2) and prepared.counter == lease.counter + 1
+    assert prepared.checkpoint == Checkpoint("100")  # the checkpoint itself does not move
+    item = raw_item(a, "s-1")
+    assert item is not None and item["pendingCheckpoint"] == {"S": "150"}
+    assert item["pendingCheckpointSubSequenceNumber"] == {"N": "2"}
+    stored = b.get("s-1")
+    assert stored is not None and stored.pending_checkpoint == Checkpoint("150", 2)
+    committed = a.checkpoint(prepared, Checkpoint("150", 2))
+    assert committed.checkpoint == Checkpoint("150", 2) and committed.pending_checkpoint is None
+    item = raw_item(a, "s-1")
+    assert item is not None and "pendingCheckpoint" not in item and "pendingCheckpointSubSequenceNumber" not in item
+
+
+def test_prepare_checkpoint_never_goes_behind_the_checkpoint_and_needs_the_lease(
+    tables: tuple[LeaseTable, LeaseTable],
+) -> None:
+    a, b = tables
+    lease = a.create_lease_if_absent("s-1", owner="a")
+    assert lease is not None
+    lease = a.checkpoint(lease, "500")
+    with pytest.raises(CheckpointRegressionError, match=r"pending checkpoint 20 .* behind the stored"):
+        a.prepare_checkpoint(lease, "20")  # refused locally
+    stale_copy = lease.evolve(checkpoint=Checkpoint("10"))
+    with pytest.raises(CheckpointRegressionError, match=r"pending checkpoint 20 .* stored checkpoint 500"):
+        a.prepare_checkpoint(stale_copy, "20")  # refused by the write condition
+    for sentinel in (SHARD_END, TRIM_HORIZON):
+        with pytest.raises(InvalidCheckpointError, match="pending checkpoint is a sequence number"):
+            a.prepare_checkpoint(lease, sentinel)
+    same = a.prepare_checkpoint(lease, "500")  # at the checkpoint itself: allowed
+    assert same.pending_checkpoint == Checkpoint("500")
+    fresh = b.get("s-1")
+    assert fresh is not None and b.take(fresh, "b") is not None
+    with pytest.raises(LeaseLostError, match="cannot prepare a checkpoint on lease 's-1'"):
+        a.prepare_checkpoint(same, "600")
+    stored = b.get("s-1")
+    assert stored is not None and stored.pending_checkpoint == Checkpoint("500")  # kept by the take
+
+
+def test_rows_without_a_pending_checkpoint_and_corrupt_pending_checkpoints(
+    tables: tuple[LeaseTable, LeaseTable],
+) -> None:
+    a, _ = tables
+    lease = a.create_lease_if_absent("s-1", owner="a")
+    assert lease is not None and lease.pending_checkpoint is None  # old rows parse as before
+    assert "pendingCheckpoint" not in (raw_item(a, "s-1") or {})
+    for bad in ("SHARD_END", "12a"):
+        a.client.update_item(
+            TableName=TABLE, Key={"leaseKey": {"S": "s-1"}},
+            UpdateExpression="SET pendingCheckpoint = :p", ExpressionAttributeValues={":p": {"S": bad}},
+        )
+        with pytest.raises(CorruptLeaseError, match="pendingCheckpoint"):
+            a.get("s-1")
+
+
 @pytest.mark.parametrize("bad", ["12a", "-1", "", "SHARD-END", "1" * 131])
 def test_invalid_checkpoints_are_named(bad: str) -> None:
     with pytest.raises(InvalidCheckpointError):

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from kinesis.consumer.positions import Position
+from kinesis.consumer.prepared_checkpointer import PreparedCheckpointer
 from kinesis.consumer.processor import Checkpointer, InMemoryCheckpointer, RecordProcessor
 from kinesis.consumer.records import Record
 from kinesis.errors import CheckpointError, LeaseLostError
@@ -103,3 +104,44 @@ def test_example_processor_counts_every_word_once() -> None:
     assert totals["the"] == 3
     assert totals["aggregated"] == 3  # one KPL record of three user records
     assert sum(totals.values()) == 4 + 5 + 2 + 3 * 4
+
+
+# --- two-phase checkpoints --------------------------------------------------------------
+
+
+def test_prepare_checkpoint_records_a_pending_checkpoint_and_commit_checkpoints_it() -> None:
+    cp = InMemoryCheckpointer("s", "shard-0", last_checkpoint=Position("10"))
+    cp.record_delivered([rec("11"), rec("12", 0), rec("12", 1)])
+    prepared = cp.prepare_checkpoint()  # the last record delivered
+    assert isinstance(prepared, PreparedCheckpointer) and prepared.pending_checkpoint == Position("12", 1)
+    assert cp.prepared == [Position("12", 1)] and cp.pending_checkpoint == Position("12", 1)
+    assert cp.history == [] and cp.last_checkpoint == Position("10")  # nothing committed yet
+    assert cp.prepare_checkpoint("11").pending_checkpoint == Position("11")  # a record, a position...
+    prepared.checkpoint()
+    assert cp.history == [(Position("12", 1), False)] and cp.pending_checkpoint is None
+    prepared.checkpoint()  # committing again does nothing
+    assert len(cp.history) == 1
+
+
+def test_prepare_checkpoint_follows_the_checkpoint_rules() -> None:
+    cp = InMemoryCheckpointer("s", "shard-0", last_checkpoint=Position("10"))
+    with pytest.raises(CheckpointError, match="before the last checkpoint"):
+        cp.prepare_checkpoint("9")
+    with pytest.raises(CheckpointError, match="largest position delivered"):
+        cp.prepare_checkpoint("11")
+    same = cp.prepare_checkpoint()  # nothing new delivered: the last checkpoint, no write
+    assert same.pending_checkpoint == Position("10") and cp.prepared == []
+    cp.record_delivered([rec("11"), rec("12")])
+    stale = cp.prepare_checkpoint("11")
+    cp.checkpoint("12")
+    with pytest.raises(CheckpointError, match="before the last checkpoint"):
+        stale.checkpoint()  # a later checkpoint was written meanwhile
+    cp.mark_shard_end()
+    with pytest.raises(CheckpointError, match="SHARD_END cannot be prepared"):
+        cp.prepare_checkpoint()
+    cp.mark_lease_lost()
+    with pytest.raises(LeaseLostError):
+        cp.prepare_checkpoint("12")
+    fresh = InMemoryCheckpointer("s", "shard-1")
+    with pytest.raises(CheckpointError, match="nothing was delivered"):
+        fresh.prepare_checkpoint()

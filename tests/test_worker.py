@@ -23,8 +23,11 @@ from kinesis import (
     ConfigurationError,
     FailedBatch,
     FailureAction,
+    InitializationInput,
     LeaseLostError,
+    Position,
     ProcessorRetryPolicy,
+    RecordProcessor,
     StreamConfig,
     StreamNotFoundError,
     Worker,
@@ -244,6 +247,7 @@ class FakeHolder:
         self.held = True
         self.lost = False
         self.checkpoints: list[Checkpoint] = []
+        self.prepared: list[Checkpoint] = []
         self.released: list[str] = []
         self.lock = threading.Lock()
 
@@ -260,6 +264,13 @@ class FakeHolder:
             cp = Checkpoint.of(checkpoint)
             self.checkpoints.append(cp)
             return Lease(key, "w1", len(self.checkpoints), cp)
+
+    def prepare_checkpoint(self, key: str, checkpoint: Any) -> Lease:
+        with self.lock:
+            if self.lost:
+                raise LeaseLostError(f"lost {key}")
+            self.prepared.append(Checkpoint.of(checkpoint))
+            return Lease(key, "w1", len(self.checkpoints), pending_checkpoint=self.prepared[-1])
 
     def release(self, key: str) -> bool:
         self.released.append(key)
@@ -569,6 +580,31 @@ def test_shard_end_checkpoints_shard_end_releases_and_wakes_discovery(
     assert holder.checkpoints[-1] == SHARD_END
     assert len(journal.records()) == 6 and [s.stream for s in ended] == ["orders"]
     assert pool.counters["shard_ends"] == 1
+
+
+@pytest.mark.parametrize(("checkpoint", "pending", "seen"), [("1", "2", Position("2")), ("2", "1", None)])
+def test_the_pending_checkpoint_of_a_lease_reaches_initialize_and_prepare_writes_through(
+    one_shard: Any, checkpoint: str, pending: str, seen: Position | None
+) -> None:
+    put_records(one_shard, "orders", 3)
+    holder, inits = FakeHolder(), []
+
+    class Preparer(RecordProcessor):
+        def initialize(self, init: InitializationInput) -> None:
+            inits.append(init)
+
+        def process_records(self, records: Any, checkpointer: Any, millis_behind_latest: int | None = None) -> None:
+            checkpointer.prepare_checkpoint()
+
+    config = WorkerConfig("leases", [stream_config()], lease_duration=1.5, idle_backoff=0.05)
+    pool = ConsumerPool(config, one_shard, Preparer)
+    pool.coordinator = holder
+    _POOLS.append(pool)
+    pool.on_lease_acquired(Lease(KEY, "w1", 1, Checkpoint(checkpoint), pending_checkpoint=Checkpoint(pending)))
+    assert eventually(lambda: holder.prepared == [Checkpoint("3")], 20)
+    # a pending checkpoint behind the checkpoint (cleared by nobody: an older release) is not shown
+    assert inits[0].pending_checkpoint == seen and inits[0].checkpoint == Position(checkpoint)
+    assert holder.checkpoints == []
 
 
 def test_an_acquired_shard_end_lease_is_released_at_once(one_shard: Any) -> None:

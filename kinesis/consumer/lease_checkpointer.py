@@ -8,7 +8,10 @@ by the lease's owner and counter and by ``checkpointOrder <= new`` in DynamoDB, 
   every later call raises it too);
 * a checkpoint never moves backwards, locally (:class:`~kinesis.errors.CheckpointError`
   from :class:`~kinesis.consumer.processor.CheckpointerBase`) nor in the table;
-* ``checkpoint()`` inside ``shard_ended`` writes ``SHARD_END``, which lets the children start.
+* ``checkpoint()`` inside ``shard_ended`` writes ``SHARD_END``, which lets the children start;
+* ``prepare_checkpoint()`` writes the lease row's pending checkpoint through
+  :meth:`LeaseCoordinator.prepare_checkpoint <kinesis.lease_loop.coordinator.LeaseCoordinator.prepare_checkpoint>`,
+  fenced the same way; every checkpoint write clears it.
 """
 
 from __future__ import annotations
@@ -28,6 +31,10 @@ class CheckpointSink(Protocol):
         """Write ``checkpoint`` to the held lease ``key``; raise LeaseLostError if not held."""
         ...
 
+    def prepare_checkpoint(self, key: str, checkpoint: Checkpoint | str | object) -> Lease:
+        """Write the pending checkpoint of the held lease ``key``; raise LeaseLostError if not held."""
+        ...
+
 
 class LeaseCheckpointer(CheckpointerBase):
     """Checkpoints one shard lease through the coordinator (thread-safe)."""
@@ -39,8 +46,9 @@ class LeaseCheckpointer(CheckpointerBase):
         stream_name: str,
         shard_id: str,
         last_checkpoint: Position | None = None,
+        pending_checkpoint: Position | None = None,
     ):
-        super().__init__(stream_name, shard_id, last_checkpoint)
+        super().__init__(stream_name, shard_id, last_checkpoint, pending_checkpoint)
         self.sink = sink
         self.key = key
         self.writes = 0
@@ -60,3 +68,12 @@ class LeaseCheckpointer(CheckpointerBase):
             self.mark_lease_lost()
             raise
         self.writes += 1
+
+    def _persist_pending(self, position: Position) -> None:
+        try:
+            self.sink.prepare_checkpoint(
+                self.key, Checkpoint(position.sequence_number, position.sub_sequence_number)
+            )
+        except LeaseLostError:
+            self.mark_lease_lost()
+            raise

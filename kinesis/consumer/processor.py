@@ -17,6 +17,12 @@ or a lost lease. Checkpoints never go backwards: checkpointing a position lower 
 checkpoint raises :class:`~kinesis.errors.CheckpointError`, and so does a position beyond the
 last record delivered to this processor.
 
+Two-phase checkpoints (KCL's ``prepareCheckpoint``): ``checkpointer.prepare_checkpoint(...)``
+records a pending checkpoint in the lease row and returns a
+:class:`~kinesis.consumer.prepared_checkpointer.PreparedCheckpointer` whose ``checkpoint()``
+commits it; a later owner sees an uncommitted one in
+:attr:`InitializationInput.pending_checkpoint`.
+
 Example (see also ``examples/processor_example.py``)::
 
     class PrintProcessor(RecordProcessor):
@@ -37,6 +43,7 @@ from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
 from kinesis.consumer.positions import InitialPosition, Position
+from kinesis.consumer.prepared_checkpointer import PreparedCheckpointer
 from kinesis.consumer.records import Record
 from kinesis.errors import CheckpointError, LeaseLostError
 
@@ -54,6 +61,10 @@ class InitializationInput:
     """The last checkpoint (the reader starts just after it), or None for a fresh shard."""
     initial_position: InitialPosition = InitialPosition.LATEST
     """Where a shard without checkpoint starts."""
+    pending_checkpoint: Position | None = None
+    """A checkpoint a previous owner prepared but did not commit (two-phase checkpoints), or
+    None. Reading still starts after :attr:`checkpoint`; this says how far the prepared
+    work went, so the processor can check whether it completed."""
 
 
 @runtime_checkable
@@ -65,11 +76,18 @@ class Checkpointer(Protocol):
     ``checkpoint(record)``, ``checkpoint(position)`` and ``checkpoint("seq", sub)`` checkpoint
     that record. Raises :class:`LeaseLostError` once the lease is lost, and
     :class:`CheckpointError` for a position that is lower than the last checkpoint or was not
-    delivered yet.
+    delivered yet. ``prepare_checkpoint`` takes the same targets and rules and records a
+    pending checkpoint instead (two-phase checkpoints).
     """
 
     def checkpoint(self, target: CheckpointTarget = None, sub_sequence_number: int = 0) -> None:
         """Persist progress up to and including ``target`` (default: the last record delivered)."""
+        ...
+
+    def prepare_checkpoint(
+        self, target: CheckpointTarget = None, sub_sequence_number: int = 0
+    ) -> PreparedCheckpointer:
+        """Record ``target`` as the pending checkpoint; the result's ``checkpoint()`` commits it."""
         ...
 
 
@@ -117,10 +135,18 @@ class CheckpointerBase(ABC):
     when the lease is gone. Thread-safe.
     """
 
-    def __init__(self, stream_name: str, shard_id: str, last_checkpoint: Position | None = None):
+    def __init__(
+        self,
+        stream_name: str,
+        shard_id: str,
+        last_checkpoint: Position | None = None,
+        pending_checkpoint: Position | None = None,
+    ):
         self.stream_name = stream_name
         self.shard_id = shard_id
         self.last_checkpoint = last_checkpoint
+        self.pending_checkpoint = pending_checkpoint
+        """The pending (prepared, uncommitted) checkpoint in the lease row, as far as known."""
         self.largest_delivered: Position | None = last_checkpoint
         self.shard_end_checkpointed = False
         self._at_shard_end = False
@@ -148,11 +174,7 @@ class CheckpointerBase(ABC):
     def checkpoint(self, target: CheckpointTarget = None, sub_sequence_number: int = 0) -> None:
         """See :class:`Checkpointer`."""
         with self._lock:
-            if self._lease_lost:
-                raise LeaseLostError(
-                    f"lease on shard {self.shard_id} of stream {self.stream_name} was lost; "
-                    "another member processes it now. Stop processing and do not checkpoint."
-                )
+            self._check_held()
             shard_end = target is None and self._at_shard_end
             position = self._resolve(target, sub_sequence_number)
             if position is None and not shard_end:
@@ -164,7 +186,38 @@ class CheckpointerBase(ABC):
             self._persist(position, shard_end=shard_end)
             if position is not None:
                 self.last_checkpoint = position
+            self.pending_checkpoint = None  # every checkpoint write clears it
             self.shard_end_checkpointed = self.shard_end_checkpointed or shard_end
+
+    def prepare_checkpoint(
+        self, target: CheckpointTarget = None, sub_sequence_number: int = 0
+    ) -> PreparedCheckpointer:
+        """See :class:`Checkpointer`. Preparing the last checkpoint itself writes nothing."""
+        with self._lock:
+            self._check_held()
+            if target is None and self._at_shard_end:
+                raise CheckpointError(
+                    f"shard {self.shard_id} ended: call checkpoint() to finish it (SHARD_END "
+                    "cannot be prepared), or prepare a record's position"
+                )
+            position = self._resolve(target, sub_sequence_number)
+            if position is None:
+                raise CheckpointError(
+                    f"nothing was delivered from shard {self.shard_id} yet: there is no position "
+                    "to prepare a checkpoint at"
+                )
+            self._check_bounds(position)
+            if position != self.last_checkpoint:
+                self._persist_pending(position)
+                self.pending_checkpoint = position
+            return PreparedCheckpointer(self, position)
+
+    def _check_held(self) -> None:
+        if self._lease_lost:
+            raise LeaseLostError(
+                f"lease on shard {self.shard_id} of stream {self.stream_name} was lost; "
+                "another member processes it now. Stop processing and do not checkpoint."
+            )
 
     def _resolve(self, target: CheckpointTarget, sub: int) -> Position | None:
         if target is None:
@@ -198,16 +251,31 @@ class CheckpointerBase(ABC):
         """Write the checkpoint (fenced by the lease); raise LeaseLostError if it is gone.
 
         ``position`` is the last processed record (None only at the end of an empty shard);
-        ``shard_end`` marks the shard finished.
+        ``shard_end`` marks the shard finished. The write also clears a pending checkpoint.
         """
+
+    def _persist_pending(self, position: Position) -> None:
+        """Write the pending checkpoint (fenced by the lease); raise LeaseLostError if it is gone."""
+        raise CheckpointError(f"{type(self).__name__} cannot prepare checkpoints")
 
 
 class InMemoryCheckpointer(CheckpointerBase):
     """A checkpointer that keeps its checkpoints in memory (tests, examples, single runs)."""
 
-    def __init__(self, stream_name: str, shard_id: str, last_checkpoint: Position | None = None):
-        super().__init__(stream_name, shard_id, last_checkpoint)
+    def __init__(
+        self,
+        stream_name: str,
+        shard_id: str,
+        last_checkpoint: Position | None = None,
+        pending_checkpoint: Position | None = None,
+    ):
+        super().__init__(stream_name, shard_id, last_checkpoint, pending_checkpoint)
         self.history: list[tuple[Position | None, bool]] = []
+        self.prepared: list[Position] = []
+        """Every pending checkpoint written, in order."""
 
     def _persist(self, position: Position | None, *, shard_end: bool) -> None:
         self.history.append((position, shard_end))
+
+    def _persist_pending(self, position: Position) -> None:
+        self.prepared.append(position)

@@ -60,6 +60,7 @@ from kinesis.consumer.processing_failures import (
     ProcessorRetryPolicy,
 )
 from kinesis.consumer.processor import InitializationInput, RecordProcessor
+from kinesis.consumer.processor_style import adapt_processor
 from kinesis.consumer.records import Record
 from kinesis.consumer.retrieval import BatchReader, make_reader
 from kinesis.consumer.worker_config import ProcessorFactory, StreamConfig, WorkerConfig
@@ -92,6 +93,8 @@ class LeaseHolder(Protocol):
     def lease(self, key: str) -> Lease | None: ...
 
     def checkpoint(self, key: str, checkpoint: Checkpoint | str | object) -> Lease: ...
+
+    def prepare_checkpoint(self, key: str, checkpoint: Checkpoint | str | object) -> Lease: ...
 
     def release(self, key: str) -> bool: ...
 
@@ -236,16 +239,19 @@ class ShardConsumer:
         start = checkpoint.to_start_position()
         assert start is not None
         last = start if isinstance(start, Position) else None
-        checkpointer = LeaseCheckpointer(coordinator, self.key, self.spec.stream, self.shard_id, last)
+        pending = _pending_position(self.lease.pending_checkpoint, checkpoint)
+        checkpointer = LeaseCheckpointer(
+            coordinator, self.key, self.spec.stream, self.shard_id, last, pending
+        )
         self.checkpointer = checkpointer
-        processor = self.processor_factory()
-        if not isinstance(processor, RecordProcessor):
-            raise ConfigurationError(
-                f"the processor factory of stream {self.spec.stream!r} returned "
-                f"{type(processor).__name__}, not a kinesis.RecordProcessor"
-            )
+        processor = adapt_processor(
+            self.processor_factory(), self.pool.processor_style,
+            source=f"the processor factory of stream {self.spec.stream!r}",
+        )
         initial = start if isinstance(start, InitialPosition) else self.spec.start
-        processor.initialize(InitializationInput(self.spec.stream, self.shard_id, last, initial))
+        processor.initialize(
+            InitializationInput(self.spec.stream, self.shard_id, last, initial, pending_checkpoint=pending)
+        )
         reader = self.pool.make_reader(self.spec, self.shard_id, start, self._wake)
         self.state = "processing"
         try:
@@ -445,8 +451,11 @@ class ConsumerPool:
         processor_factory: ProcessorFactory | None,
         on_shard_end: Callable[[StreamConfig], None] | None = None,
         registrations: Mapping[str, ConsumerRegistration] | None = None,
+        processor_style: str = "auto",
     ):
         self.config = config
+        self.processor_style = processor_style
+        """``"auto"``, ``"sdk"`` or ``"kclpy"`` (:mod:`kinesis.consumer.processor_style`)."""
         self.kinesis_client = kinesis_client
         self.registrations: Mapping[str, ConsumerRegistration] = registrations or {}
         """Enhanced Fan-Out consumers by stream key prefix (streams with retrieval="fanout")."""
@@ -570,6 +579,14 @@ class ConsumerPool:
         return [c.status() for c in self.consumers()]
 
 
+def _pending_position(pending: Checkpoint | None, checkpoint: Checkpoint) -> Position | None:
+    """The lease's pending checkpoint as a position, if it is still ahead of the checkpoint
+    (a member of an older release may have checkpointed past it without clearing it)."""
+    if pending is None or not checkpoint < pending:
+        return None
+    return Position(pending.sequence_number, pending.sub_sequence_number)
+
+
 class _NoCoordinator:
     """Placeholder until the worker wires its coordinator in."""
 
@@ -580,6 +597,9 @@ class _NoCoordinator:
         return None
 
     def checkpoint(self, key: str, checkpoint: Checkpoint | str | object) -> Lease:
+        raise LeaseLostError("the worker has no lease coordinator yet")
+
+    def prepare_checkpoint(self, key: str, checkpoint: Checkpoint | str | object) -> Lease:
         raise LeaseLostError("the worker has no lease coordinator yet")
 
     def release(self, key: str) -> bool:

@@ -58,6 +58,7 @@ from hashring import Membership
 from kinesis.consumer.consumer_registration import ConsumerRegistration
 from kinesis.consumer.health import HealthServer
 from kinesis.consumer.metrics import build_registry, render
+from kinesis.consumer.processor_style import check_factory, check_style
 from kinesis.consumer.shard_consumer import ConsumerPool, ShardStatus
 from kinesis.consumer.shard_manifest import ShardManifestSync
 from kinesis.consumer.shard_sync import ShardSync
@@ -137,6 +138,7 @@ class Worker:
         membership: Membership | None = None,
         metrics_registry: Any = None,
         clock: Clock = MONOTONIC,
+        processor_style: str = "auto",
     ):
         if not isinstance(config, WorkerConfig):
             raise ConfigurationError(f"config must be a WorkerConfig, got {type(config).__name__}")
@@ -145,6 +147,13 @@ class Worker:
                 f"processor_factory must be a callable returning a RecordProcessor (e.g. the class), "
                 f"got {processor_factory!r}"
             )
+        check_style(processor_style)
+        if processor_factory is not None:
+            check_factory(processor_factory, processor_style)
+        for s in config.streams:
+            if s.processor_factory is not None:
+                check_factory(s.processor_factory, processor_style,
+                              source=f"the processor factory of stream {s.stream!r}")
         missing = [s.stream for s in config.streams if s.processor_factory is None and processor_factory is None]
         if missing:
             raise ConfigurationError(
@@ -215,7 +224,7 @@ class Worker:
         """Enhanced Fan-Out stream consumers (streams with ``retrieval="fanout"``), by key prefix."""
         self.pool = ConsumerPool(
             config, self.kinesis_client, processor_factory, on_shard_end=self._shard_ended,
-            registrations=self.registrations,
+            registrations=self.registrations, processor_style=processor_style,
         )
         self.coordinator = LeaseCoordinator(
             self.table,

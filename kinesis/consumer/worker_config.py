@@ -22,14 +22,17 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from kinesis.consumer.kclpy_adapter import KclpyRecordProcessor
 from kinesis.consumer.positions import InitialPosition
 from kinesis.consumer.processing_failures import ProcessorRetryPolicy
 from kinesis.consumer.processor import RecordProcessor
 from kinesis.errors import ConfigurationError
 from kinesis.lease_loop.lease_timing import LeaseTiming
 
-ProcessorFactory = Callable[[], RecordProcessor]
-"""Builds one fresh :class:`RecordProcessor` per shard lease (called on every acquisition)."""
+ProcessorFactory = Callable[[], RecordProcessor | KclpyRecordProcessor]
+"""Builds one fresh processor per shard lease (called on every acquisition): a
+:class:`RecordProcessor`, or an amazon-kclpy v3 processor (see
+:mod:`kinesis.consumer.processor_style`)."""
 
 _STREAM_NAME = re.compile(r"[a-zA-Z0-9_.-]{1,128}")
 _TABLE_NAME = re.compile(r"[a-zA-Z0-9_.-]{3,255}")

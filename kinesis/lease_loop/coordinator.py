@@ -485,6 +485,18 @@ class LeaseCoordinator:
         if ``checkpoint`` is behind the stored one.
         """
         cp = Checkpoint.of(checkpoint)
+        return self._write_held(key, "checkpoints", lambda lease: self.table.checkpoint(lease, cp))
+
+    def prepare_checkpoint(self, key: str, checkpoint: Checkpoint | str | object) -> Lease:
+        """Record a pending checkpoint on a held lease (two-phase checkpoints); fenced like
+        :meth:`checkpoint`, which it also renews. The next :meth:`checkpoint` clears it."""
+        cp = Checkpoint.of(checkpoint)
+        return self._write_held(
+            key, "checkpoints_prepared", lambda lease: self.table.prepare_checkpoint(lease, cp)
+        )
+
+    def _write_held(self, key: str, counter: str, write: Callable[[Lease], Lease]) -> Lease:
+        """One fenced write of the holder to ``key`` (from any thread); it renews the lease."""
         with self._lock:
             held = self._held.get(key)
         if held is None:
@@ -496,7 +508,7 @@ class LeaseCoordinator:
             # so it succeeds only if nobody took the lease meanwhile, and then it renews it.
             sent = self.clock()
             try:
-                new = self.table.checkpoint(held.lease, cp)
+                new = write(held.lease)
             except LeaseLostError:
                 held.gone = True
                 with self._lock:
@@ -509,7 +521,7 @@ class LeaseCoordinator:
             held.lease = new
             held.sent_at = sent
             held.valid_until = sent + self.lease_duration - self.tick_interval
-            self._count("checkpoints")
+            self._count(counter)
             return new
 
     def holds(self, key: str) -> bool:

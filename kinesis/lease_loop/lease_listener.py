@@ -108,6 +108,7 @@ COUNTER_NAMES = (
     "renew_failures",
     "leases_lost",
     "checkpoints",
+    "checkpoints_prepared",
     "lease_loop_errors",
     "listener_errors",
     "membership_errors",

@@ -23,6 +23,10 @@ Lease attributes (camelCase, KCL style):
 ``ownerSwitchesSinceCheckpoint`` N  +1 when the owner changes, 0 after a checkpoint
 ``writeToken``                 S    random token of the last write (makes retried writes
                                     idempotent: a retry that finds its own token succeeded)
+``pendingCheckpoint``          S    a prepared, not yet committed checkpoint (two-phase
+                                    checkpoints; absent in rows that never had one); every
+                                    checkpoint write removes it
+``pendingCheckpointSubSequenceNumber`` N  its sub-sequence number
 ============================== ==== =====================================================
 """
 
@@ -53,6 +57,8 @@ PENDING_HANDOFF = "pendingHandoffTo"
 HANDED_OFF_BY = "handedOffBy"
 OWNER_SWITCHES = "ownerSwitchesSinceCheckpoint"
 WRITE_TOKEN = "writeToken"
+PENDING_CHECKPOINT = "pendingCheckpoint"
+PENDING_SUB_SEQUENCE = "pendingCheckpointSubSequenceNumber"
 
 MEMBER_PREFIX = "__member__#"
 """Key prefix of membership heartbeat rows."""
@@ -260,6 +266,8 @@ class Lease:
     handed_off_by: str | None = None
     owner_switches_since_checkpoint: int = 0
     write_token: str | None = field(default=None, repr=False, compare=False)
+    pending_checkpoint: Checkpoint | None = None
+    """A prepared checkpoint not committed yet (two-phase checkpoints), or None."""
 
     @property
     def is_free(self) -> bool:
@@ -345,6 +353,19 @@ def _checkpoint_from_item(item: Mapping[str, Any]) -> Checkpoint:
     return cp
 
 
+def _pending_from_item(item: Mapping[str, Any]) -> Checkpoint | None:
+    seq = _s(item, PENDING_CHECKPOINT, required=False)
+    if seq is None:
+        return None
+    try:
+        cp = Checkpoint(seq, _n(item, PENDING_SUB_SEQUENCE, default=0))
+    except InvalidCheckpointError as exc:
+        raise ValueError(f"bad pendingCheckpoint: {exc}") from None
+    if cp.is_initial or cp.is_shard_end:
+        raise ValueError(f"pendingCheckpoint must be a sequence number, got {seq!r}")
+    return cp
+
+
 def lease_from_item(item: Mapping[str, Any]) -> Lease:
     """Parse a lease row; raise :class:`CorruptLeaseError` naming what is wrong."""
     key_attr = item.get(KEY, {})
@@ -378,6 +399,7 @@ def lease_from_item(item: Mapping[str, Any]) -> Lease:
             handed_off_by=_s(item, HANDED_OFF_BY, required=False),
             owner_switches_since_checkpoint=_n(item, OWNER_SWITCHES, default=0),
             write_token=_s(item, WRITE_TOKEN, required=False),
+            pending_checkpoint=_pending_from_item(item),
         )
     except ValueError as exc:
         raise CorruptLeaseError(str(key), str(exc)) from None
@@ -413,6 +435,14 @@ def checkpoint_attributes(cp: Checkpoint) -> dict[str, dict[str, str]]:
     return out
 
 
+def pending_checkpoint_attributes(cp: Checkpoint) -> dict[str, dict[str, str]]:
+    """The DynamoDB attribute values of a pending (prepared) checkpoint."""
+    return {
+        PENDING_CHECKPOINT: {"S": cp.sequence_number},
+        PENDING_SUB_SEQUENCE: {"N": str(cp.sub_sequence_number)},
+    }
+
+
 def lease_to_item(lease: Lease) -> dict[str, Any]:
     """The full DynamoDB item of ``lease`` (used when a lease row is created)."""
     item: dict[str, Any] = {
@@ -427,4 +457,6 @@ def lease_to_item(lease: Lease) -> dict[str, Any]:
         item[OWNER] = {"S": lease.owner}
     if lease.write_token is not None:
         item[WRITE_TOKEN] = {"S": lease.write_token}
+    if lease.pending_checkpoint is not None:
+        item.update(pending_checkpoint_attributes(lease.pending_checkpoint))
     return item

@@ -9,10 +9,11 @@ Outcomes of a failed condition (``ConditionalCheckFailedException`` is never ret
 it means someone else moved the lease):
 
 * :meth:`take` returns ``None`` (another member got there first);
-* :meth:`renew`, :meth:`adopt`, :meth:`handoff`, :meth:`release` and :meth:`checkpoint`
-  raise :class:`~kinesis.errors.LeaseLostError`;
-* :meth:`checkpoint` raises :class:`~kinesis.errors.CheckpointRegressionError` if the
-  lease is still held but the stored checkpoint is ahead.
+* :meth:`renew`, :meth:`adopt`, :meth:`handoff`, :meth:`release`, :meth:`checkpoint` and
+  :meth:`prepare_checkpoint` raise :class:`~kinesis.errors.LeaseLostError`;
+* :meth:`checkpoint` and :meth:`prepare_checkpoint` raise
+  :class:`~kinesis.errors.CheckpointRegressionError` if the lease is still held but the
+  stored checkpoint is ahead.
 
 Checkpoints never go backwards, and that is enforced **in the write condition**: each row
 stores ``checkpointOrder``, a fixed-width string that sorts like (rank, int(sequence),
@@ -59,6 +60,7 @@ from kinesis.errors import (
     ConfigurationError,
     CorruptLeaseError,
     DuplicateMemberIdError,
+    InvalidCheckpointError,
     LeaseLostError,
     LeaseTableAccessDeniedError,
     LeaseTableNotFoundError,
@@ -551,12 +553,42 @@ class LeaseTable:
         attrs: dict[str, Any] = dict(m.checkpoint_attributes(cp))
         attrs[m.OWNER_SWITCHES] = _num(0)
         attrs[m.STATE] = {"S": (LeaseState.SHARD_END if cp.is_shard_end else LeaseState.ACTIVE).value}
-        remove = [] if cp.timestamp is not None else [m.CHECKPOINT_TS]
+        remove = [m.PENDING_CHECKPOINT, m.PENDING_SUB_SEQUENCE]  # a checkpoint supersedes it
+        if cp.timestamp is None:
+            remove.append(m.CHECKPOINT_TS)
         return self._fenced(
             lease,
             "checkpoint",
             attrs,
             remove,
+            extra_condition="#ord <= :ord",
+            extra_values={":ord": {"S": cp.order_string}},
+            new_checkpoint=cp,
+        )
+
+    def prepare_checkpoint(self, lease: Lease, checkpoint: Checkpoint | str) -> Lease:
+        """Record a pending checkpoint (the first phase of a two-phase checkpoint).
+
+        Fenced like :meth:`checkpoint` (owner + counter, and ``checkpointOrder <= new``: a
+        pending checkpoint is never behind the stored one); the checkpoint itself does not
+        move. The next :meth:`checkpoint` removes it. Raises :class:`LeaseLostError`,
+        :class:`CheckpointRegressionError`, or :class:`InvalidCheckpointError` for a sentinel.
+        """
+        cp = Checkpoint.of(checkpoint)
+        if cp.is_initial or cp.is_shard_end:
+            raise InvalidCheckpointError(
+                f"a pending checkpoint is a sequence number, got {cp}: checkpoint SHARD_END directly"
+            )
+        if cp < lease.checkpoint:
+            raise CheckpointRegressionError(
+                f"pending checkpoint {cp} for lease {lease.key!r} is behind the stored checkpoint "
+                f"{lease.checkpoint}: checkpoints only move forward"
+            )
+        return self._fenced(
+            lease,
+            "prepare a checkpoint on",
+            m.pending_checkpoint_attributes(cp),
+            [],
             extra_condition="#ord <= :ord",
             extra_values={":ord": {"S": cp.order_string}},
             new_checkpoint=cp,
@@ -620,8 +652,9 @@ class LeaseTable:
         counter = current.get(m.COUNTER, {}).get("N")
         if owner == lease.owner and counter == str(lease.counter) and cp is not None:
             stored = current.get(m.CHECKPOINT, {}).get("S")
+            kind = "checkpoint" if what == "checkpoint" else "pending checkpoint"
             return CheckpointRegressionError(
-                f"checkpoint {cp} for lease {lease.key!r} is behind the stored checkpoint "
+                f"{kind} {cp} for lease {lease.key!r} is behind the stored checkpoint "
                 f"{stored}: checkpoints only move forward"
             )
         return LeaseLostError(
