@@ -84,16 +84,15 @@ from typing import Any
 
 from hashring import Assignment, Membership, plan_assignment, stable_assignment
 from hashring.errors import MembershipError
-from hashring.validation import check_replicas
 from kinesis.errors import (
     CheckpointRegressionError,
     ConfigurationError,
     DuplicateMemberIdError,
-    InvalidLeaseKeyError,
     KinesisHashRingError,
     LeaseLostError,
 )
 from kinesis.lease_loop.clock import MONOTONIC, Clock
+from kinesis.lease_loop.coordinator_settings import CoordinatorSettings
 from kinesis.lease_loop.lease_listener import (
     COUNTER_NAMES,
     Completion,
@@ -108,11 +107,10 @@ from kinesis.lease_loop.lease_model import (
     Checkpoint,
     Lease,
     TableSnapshot,
-    check_lease_key,
 )
-from kinesis.lease_loop.lease_timing import LeaseTiming, seconds
+from kinesis.lease_loop.lease_timing import LeaseTiming
 from kinesis.lease_loop.leases import LeaseTable
-from kinesis.lease_loop.membership import DynamoDBMembership
+from kinesis.lease_loop.resource_keys import ResourceKeys
 from kinesis.lease_loop.scoped_reads import ScopedReads
 
 log = logging.getLogger(__name__)
@@ -251,111 +249,27 @@ class LeaseCoordinator:
         backup_check_interval: float | None = None,
         clock: Clock = MONOTONIC,
     ):
-        if not isinstance(table, LeaseTable):
-            raise ConfigurationError(f"table must be a LeaseTable, got {type(table).__name__}")
-        if not isinstance(membership, Membership):
-            raise ConfigurationError(
-                f"membership must implement hashring.Membership (members(), self_id, version), "
-                f"got {type(membership).__name__}"
-            )
-        if isinstance(write_threads, bool) or not isinstance(write_threads, int) or write_threads < 1:
-            raise ConfigurationError(f"write_threads must be an int >= 1, got {write_threads!r}")
-        self.write_threads = write_threads
-        if (
-            isinstance(max_concurrent_handoffs, bool)
-            or not isinstance(max_concurrent_handoffs, int)
-            or max_concurrent_handoffs < 1
-        ):
-            raise ConfigurationError(
-                f"max_concurrent_handoffs must be an int >= 1, got {max_concurrent_handoffs!r}"
-            )
-        self.replicas = check_replicas(replicas)
-        given = {
-            "tick_interval": tick_interval, "scan_interval": scan_interval, "backup_grace": backup_grace,
-            "orphan_timeout": orphan_timeout, "handoff_timeout": handoff_timeout, "adopt_timeout": adopt_timeout,
-        }
-        if timing is None:
-            timing = LeaseTiming.of(10.0 if lease_duration is None else lease_duration,
-                                    replicas=self.replicas, **given)
-        elif not isinstance(timing, LeaseTiming):
-            raise ConfigurationError(f"timing must be a LeaseTiming, got {type(timing).__name__}")
-        elif any(v is not None for v in given.values()) or lease_duration is not None:
-            raise ConfigurationError(
-                "pass either timing= or the durations (lease_duration, tick_interval, ...), not both"
-            )
-        if reads not in ("scan", "scoped"):
-            raise ConfigurationError(f"reads must be 'scan' or 'scoped', got {reads!r}")
-        self.reads = reads
-        self.sweep_interval = _seconds_or(
-            "sweep_interval", sweep_interval, 30 * timing.lease_duration
+        s = CoordinatorSettings.of(
+            table, membership, resources, listener, lease_duration=lease_duration,
+            tick_interval=tick_interval, scan_interval=scan_interval, backup_grace=backup_grace,
+            orphan_timeout=orphan_timeout, handoff_timeout=handoff_timeout, adopt_timeout=adopt_timeout,
+            max_concurrent_handoffs=max_concurrent_handoffs, replicas=replicas, weights=weights,
+            initial_checkpoint=initial_checkpoint, drive_membership=drive_membership,
+            warmup_ticks=warmup_ticks, write_threads=write_threads, timing=timing, reads=reads,
+            sweep_interval=sweep_interval, backup_check_interval=backup_check_interval,
         )
-        self.backup_check_interval = _seconds_or(
-            "backup_check_interval", backup_check_interval, timing.lease_duration / 2
-        )
-        self.timing = timing
-        self.lease_duration = timing.lease_duration
-        self.tick_interval = timing.tick_interval
-        self.scan_interval = timing.scan_interval
-        self.backup_grace = timing.backup_grace
-        self.orphan_timeout = timing.orphan_timeout
-        self.handoff_timeout = timing.handoff_timeout
-        self.adopt_timeout = timing.adopt_timeout
-        if weights is not None:
-            if not isinstance(weights, Mapping):
-                raise ConfigurationError(f"weights must be a mapping of member -> weight, got {weights!r}")
-            for member, w in weights.items():
-                if isinstance(w, bool) or not isinstance(w, int | float) or not math.isfinite(w) or w <= 0:
-                    raise ConfigurationError(f"weight of {member!r} must be a finite number > 0, got {w!r}")
-        if listener is None:
-            listener = NullListener()
-        if not isinstance(listener, LeaseListener):
-            raise ConfigurationError(
-                "listener must have on_lease_acquired, on_lease_lost and on_handoff_requested"
-            )
-        if callable(resources):
-            self._resources: ResourceProvider = resources
-        elif isinstance(resources, Iterable) and not isinstance(resources, str):
-            fixed = tuple(resources)
-            for key in fixed:
-                check_lease_key(key)
-            self._resources = lambda _snapshot: fixed
-        else:
-            raise ConfigurationError(
-                "resources must be a callable(snapshot) -> keys, or a collection of lease keys"
-            )
-        self.table = table
-        self.membership = membership
-        self.listener = listener
-        self.max_concurrent_handoffs = max_concurrent_handoffs
-        self.weights = dict(weights) if weights is not None else None
-        self.initial_checkpoint = Checkpoint.of(initial_checkpoint)
-        self.clock = clock
+        self.table, self.membership, self.listener, self.clock = table, membership, s.listener, clock
         self.member_id = membership.self_id
-        self._drive: DynamoDBMembership | None = None
-        if (
-            drive_membership
-            and isinstance(membership, DynamoDBMembership)
-            and membership.table.table_name == table.table_name
-        ):
-            self._drive = membership
-            if membership.member_timeout < 2 * self.tick_interval:
-                raise ConfigurationError(
-                    f"member_timeout ({membership.member_timeout:g} s) must be >= 2 ticks "
-                    f"({2 * self.tick_interval:g} s): the coordinator heartbeats once per tick"
-                )
-        if reads == "scoped" and (
-            isinstance(membership, DynamoDBMembership) and membership.table.table_name == table.table_name
-        ):
-            raise ConfigurationError(
-                "reads='scoped' needs a membership that is not read from the lease table's scan "
-                "(KubernetesMembership or StaticMembership): a DynamoDBMembership in the lease "
-                "table is fed by the scan this mode avoids"
-            )
-        if warmup_ticks is None:
-            warmup_ticks = 1 if self._drive is not None else 0
-        if isinstance(warmup_ticks, bool) or not isinstance(warmup_ticks, int) or warmup_ticks < 0:
-            raise ConfigurationError(f"warmup_ticks must be an int >= 0, got {warmup_ticks!r}")
-        self.warmup_ticks = warmup_ticks
+        self.timing = t = s.timing
+        self.lease_duration, self.tick_interval, self.scan_interval = t.lease_duration, t.tick_interval, t.scan_interval
+        self.backup_grace, self.orphan_timeout = t.backup_grace, t.orphan_timeout
+        self.handoff_timeout, self.adopt_timeout = t.handoff_timeout, t.adopt_timeout
+        self.replicas, self.weights, self.reads = s.replicas, s.weights, s.reads
+        self.write_threads, self.max_concurrent_handoffs = s.write_threads, s.max_concurrent_handoffs
+        self.initial_checkpoint, self.warmup_ticks = s.initial_checkpoint, s.warmup_ticks
+        self.sweep_interval, self.backup_check_interval = s.sweep_interval, s.backup_check_interval
+        self._drive = s.drive
+        self._keys = ResourceKeys(s.resources, self.member_id, self._count)
         self._lock = threading.RLock()  # guards the dicts below
         self._tick_lock = threading.Lock()  # one tick at a time
         self._held: dict[str, _Held] = {}
@@ -385,7 +299,6 @@ class LeaseCoordinator:
         self._thread: threading.Thread | None = None
         self._ticking: threading.Thread | None = None
         self._last_full: TableSnapshot | None = None  # the last full scan (scoped reads)
-        self._plannable_cache: tuple[Any, TableSnapshot, list[str]] | None = None
         self._scoped = ScopedReads(membership.self_id)  # what a scoped round reads (no I/O)
         self._last_sweep_at = -math.inf
         self._next_backup_check = -math.inf
@@ -730,7 +643,7 @@ class LeaseCoordinator:
         listed = self._read_members()
         if listed is None:
             return
-        keys = self._plannable(snapshot)
+        keys = self._keys(snapshot)
         with self._lock:  # forget missing-row timers of keys no longer planned
             planned = set(keys)
             for key in [k for k, s in self._seen.items() if s.counter is None and k not in planned]:
@@ -800,7 +713,7 @@ class LeaseCoordinator:
         listed = self._read_members()
         if listed is None:
             return
-        keys = self._plannable(self._last_full)
+        keys = self._keys(self._last_full)
         ready = self.member_id in listed and not self._stopping
         plan = self._plan(self._plan_members(listed, ready), keys, self._last_full)
         now = self.clock()
@@ -989,31 +902,6 @@ class LeaseCoordinator:
                 if now - since >= self.orphan_timeout * backoff:
                     del self._suspects[member]
                     self._probation.add(member)
-
-    def _plannable(self, snapshot: TableSnapshot) -> list[str]:
-        listed = self._resources(snapshot)
-        cached = self._plannable_cache
-        if cached is not None and cached[0] is listed and cached[1] is snapshot:
-            return cached[2]  # the same provider answer for the same snapshot: already checked
-        keys = self._check_keys(listed, snapshot)
-        self._plannable_cache = (listed, snapshot, keys)
-        return keys
-
-    def _check_keys(self, listed: Iterable[str], snapshot: TableSnapshot) -> list[str]:
-        keys: list[str] = []
-        seen: set[str] = set()
-        for key in listed:
-            try:
-                check_lease_key(key)
-            except InvalidLeaseKeyError as exc:
-                self._count("lease_loop_errors")
-                log.error("%s: resource provider returned a bad key: %s", self.member_id, exc)
-                continue
-            if key in seen or key in snapshot.corrupt:
-                continue
-            seen.add(key)
-            keys.append(key)
-        return keys
 
     def _plan(self, members: list[str], keys: list[str], snapshot: TableSnapshot) -> Assignment | None:
         if not members:
@@ -1280,6 +1168,3 @@ def _raise_first(results: list[Any]) -> None:
 _COMPLETION_POLL = 0.05  # seconds between looks at pending hand-off completions (local state)
 _EXPIRY_MARGIN = 0.005  # run the expiry round just after the expiry, not just before it
 
-
-def _seconds_or(name: str, value: float | None, default: float) -> float:
-    return default if value is None else seconds(name, value)
