@@ -97,6 +97,7 @@ from kinesis.lease_loop.lease_listener import (
     COUNTER_NAMES,
     Completion,
     CoordinatorStatus,
+    GuardedListener,
     LeaseListener,
     NullListener,
     ResourceProvider,
@@ -112,6 +113,7 @@ from kinesis.lease_loop.lease_timing import LeaseTiming
 from kinesis.lease_loop.leases import LeaseTable
 from kinesis.lease_loop.resource_keys import ResourceKeys
 from kinesis.lease_loop.scoped_reads import ScopedReads
+from kinesis.lease_loop.write_pool import WritePool, raise_first
 
 log = logging.getLogger(__name__)
 
@@ -292,7 +294,8 @@ class LeaseCoordinator:
         self._stopped = False
         self._stop_event = threading.Event()  # set by stop(): the loop ends (graceful: once empty)
         self._wake = threading.Event()  # interrupts the loop's wait between rounds
-        self._writers: concurrent.futures.ThreadPoolExecutor | None = None
+        self._pool = WritePool(self.write_threads, self.member_id)  # the round's writes, at once
+        self._listener = GuardedListener(self.listener, self.member_id, self._count)
         self._expiry_served = -math.inf  # the last expiry moment a round was scheduled for
         self._stop_done = threading.Event()  # set when the first stop() call has finished
         self._stop_result = False
@@ -376,9 +379,7 @@ class LeaseCoordinator:
             for h in self._held.values():
                 h.gone = True
             self._held.clear()
-            writers, self._writers = self._writers, None
-        if writers is not None:
-            writers.shutdown(wait=False)
+            self._pool.shutdown()
         if left:
             (log.warning if graceful else log.info)(
                 "%s stopped with leases left to expire: %s", self.member_id, left
@@ -772,16 +773,16 @@ class LeaseCoordinator:
             lost, self._lost_queue = self._lost_queue, []
         for lease in lost:
             self._count("leases_lost")
-            self._call_listener("on_lease_lost", lease)
+            self._listener.call("on_lease_lost", lease)
 
     def _renew_all(self) -> None:
         with self._lock:
             held = sorted(self._held.items())
-        lost = self._parallel([functools.partial(self._renew, key, h) for key, h in held])
+        lost = self._pool.run([functools.partial(self._renew, key, h) for key, h in held])
         for (key, h), gone in zip(held, lost, strict=True):
             if gone is True:
                 self._forget(key, h, notify=True)
-        _raise_first(lost)
+        raise_first(lost)
 
     def _renew(self, key: str, h: _Held) -> bool:
         """Renew one held lease (on a writer thread); True if it was lost."""
@@ -815,25 +816,6 @@ class LeaseCoordinator:
             h.gone = True
             return True
 
-    def _parallel(self, calls: list[Callable[[], Any]]) -> list[Any]:
-        """Run ``calls`` on the writer threads; their results (or exceptions), in order."""
-        if len(calls) <= 1 or self.write_threads == 1:
-            out: list[Any] = []
-            for call in calls:
-                try:
-                    out.append(call())
-                except Exception as exc:
-                    out.append(exc)
-            return out
-        with self._lock:
-            if self._writers is None:
-                self._writers = concurrent.futures.ThreadPoolExecutor(
-                    self.write_threads, thread_name_prefix=f"lease-writer-{self.member_id}"
-                )
-            writers = self._writers
-        futures = [writers.submit(call) for call in calls]
-        return [f.exception() or f.result() for f in futures]
-
     def _forget(self, key: str, h: _Held, *, notify: bool) -> None:
         with self._lock:
             if self._held.get(key) is h:
@@ -841,7 +823,7 @@ class LeaseCoordinator:
         if notify:
             self._count("leases_lost")
             if h.started and (h.handoff is None or not _done(h.handoff.completion)):
-                self._call_listener("on_lease_lost", h.lease)
+                self._listener.call("on_lease_lost", h.lease)
 
     def _observe(self, snapshot: TableSnapshot, now: float, *, partial: bool = False) -> set[str]:
         """Track when each row's counter last changed; return members seen writing.
@@ -967,7 +949,7 @@ class LeaseCoordinator:
 
     def _acquire_all(self, writes: Sequence[tuple[str, str, Callable[[], Lease | None]]]) -> None:
         """Send the take/create/adopt writes at once; then start the listener on each, in order."""
-        results = self._parallel([functools.partial(self._timed, write) for _, _, write in writes])
+        results = self._pool.run([functools.partial(self._timed, write) for _, _, write in writes])
         for (key, kind, _), result in zip(writes, results, strict=True):
             if isinstance(result, LeaseLostError):
                 result = (None, 0.0)
@@ -996,7 +978,7 @@ class LeaseCoordinator:
                 self._fresh.add(key)
         self._count(kind)
         log.info("%s: %s (counter %d)", self.member_id, self._acquired_how(key, kind), lease.counter)
-        if h.started and not self._call_listener("on_lease_acquired", lease):
+        if h.started and not self._listener.call("on_lease_acquired", lease):
             with h.lock:
                 if not h.gone:
                     try:
@@ -1067,7 +1049,7 @@ class LeaseCoordinator:
                     counted = True
                 else:
                     counted = False
-                completion = self._request_handoff(h.lease) if h.started else None
+                completion = self._listener.request_handoff(h.lease) if h.started else None
                 with self._lock:
                     h.handoff = _Handoff(completion, now, target, counted=counted)
                 if isinstance(completion, concurrent.futures.Future):
@@ -1092,14 +1074,6 @@ class LeaseCoordinator:
                 in_flight -= 1  # the limit is on hand-offs in progress, not per tick
         self._complete_handoffs(ready)
 
-    def _request_handoff(self, lease: Lease) -> Completion:
-        try:
-            return self.listener.on_handoff_requested(lease)
-        except Exception:
-            self._count("listener_errors")
-            log.exception("%s: on_handoff_requested(%s) failed", self.member_id, lease.key)
-            return None
-
     def _complete_handoffs(self, ready: list[tuple[str, _Held, Any]]) -> None:
         """Finish hand-offs whose listener is done: resume (plan changed back), or write the
         hand-off / release of each, all at once."""
@@ -1109,15 +1083,15 @@ class LeaseCoordinator:
                 with self._lock:
                     h.handoff = None
                 self._count("handoffs_resumed")
-                if self._call_listener("on_lease_acquired", h.lease):
+                if self._listener.call("on_lease_acquired", h.lease):
                     continue
                 target = _RELEASE
             writes.append((key, h, target))
-        done = self._parallel([functools.partial(self._handoff_write, *w) for w in writes])
+        done = self._pool.run([functools.partial(self._handoff_write, *w) for w in writes])
         for (key, h, _), gone in zip(writes, done, strict=True):
             if gone is True:
                 self._forget(key, h, notify=False)
-        _raise_first(done)
+        raise_first(done)
 
     def _handoff_write(self, key: str, h: _Held, target: Any) -> bool:
         """Hand the lease to ``target`` (or release it); True once it is no longer held."""
@@ -1147,24 +1121,10 @@ class LeaseCoordinator:
         with self._lock:
             self._counters[name] += 1
 
-    def _call_listener(self, method: str, lease: Lease) -> bool:
-        try:
-            getattr(self.listener, method)(lease)
-            return True
-        except Exception:
-            self._count("listener_errors")
-            log.exception("%s: listener.%s(%s) failed", self.member_id, method, lease.key)
-            return False
-
 
 _KEEP = object()
 
 
-def _raise_first(results: list[Any]) -> None:
-    """Re-raise the first unexpected exception a writer thread returned."""
-    for r in results:
-        if isinstance(r, BaseException):
-            raise r
 _COMPLETION_POLL = 0.05  # seconds between looks at pending hand-off completions (local state)
 _EXPIRY_MARGIN = 0.005  # run the expiry round just after the expiry, not just before it
 
