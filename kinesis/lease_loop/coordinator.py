@@ -76,18 +76,15 @@ import functools
 import logging
 import math
 import threading
-import time
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from hashring import Assignment, Membership, plan_assignment, stable_assignment
-from hashring.errors import MembershipError
 from kinesis.errors import (
     CheckpointRegressionError,
     ConfigurationError,
-    DuplicateMemberIdError,
     KinesisHashRingError,
     LeaseLostError,
 )
@@ -111,7 +108,9 @@ from kinesis.lease_loop.lease_model import (
 )
 from kinesis.lease_loop.lease_timing import LeaseTiming
 from kinesis.lease_loop.leases import LeaseTable
+from kinesis.lease_loop.member_list import MemberList
 from kinesis.lease_loop.resource_keys import ResourceKeys
+from kinesis.lease_loop.round_loop import RoundLoop, Rounds
 from kinesis.lease_loop.scoped_reads import ScopedReads
 from kinesis.lease_loop.write_pool import WritePool, raise_first
 
@@ -270,7 +269,8 @@ class LeaseCoordinator:
         self.write_threads, self.max_concurrent_handoffs = s.write_threads, s.max_concurrent_handoffs
         self.initial_checkpoint, self.warmup_ticks = s.initial_checkpoint, s.warmup_ticks
         self.sweep_interval, self.backup_check_interval = s.sweep_interval, s.backup_check_interval
-        self._drive = s.drive
+        self._members = MemberList(membership, s.drive, self.member_id, self._count, clock,
+                                   self._new_membership_version)
         self._keys = ResourceKeys(s.resources, self.member_id, self._count)
         self._lock = threading.RLock()  # guards the dicts below
         self._tick_lock = threading.Lock()  # one tick at a time
@@ -286,20 +286,16 @@ class LeaseCoordinator:
         self._ticks = 0
         self._last_tick_at: float | None = None
         self._last_table_read_at: float | None = None
-        self._last_membership_at: float | None = None
         self._last_error: str | None = None
         self._stopping = False
-        self._graceful = True
-        self._deadline = math.inf  # real time (time.monotonic) by which a graceful stop ends
         self._stopped = False
-        self._stop_event = threading.Event()  # set by stop(): the loop ends (graceful: once empty)
-        self._wake = threading.Event()  # interrupts the loop's wait between rounds
+        self._loop = RoundLoop(Rounds(self.tick, self.refresh, self._complete_ready_handoffs, self._next_expiry,
+                                      self._holding, self._pending_handoffs), self.timing)
         self._pool = WritePool(self.write_threads, self.member_id)  # the round's writes, at once
         self._listener = GuardedListener(self.listener, self.member_id, self._count)
         self._expiry_served = -math.inf  # the last expiry moment a round was scheduled for
         self._stop_done = threading.Event()  # set when the first stop() call has finished
         self._stop_result = False
-        self._thread: threading.Thread | None = None
         self._ticking: threading.Thread | None = None
         self._last_full: TableSnapshot | None = None  # the last full scan (scoped reads)
         self._scoped = ScopedReads(membership.self_id)  # what a scoped round reads (no I/O)
@@ -315,13 +311,9 @@ class LeaseCoordinator:
         """Run ticks every ``tick_interval`` and light rounds every ``scan_interval`` (real
         time) on a daemon thread."""
         with self._lock:
-            if self._stopped or self._stop_event.is_set():
+            if self._stopped or self._loop.stopped.is_set():
                 raise ConfigurationError("a stopped coordinator cannot be restarted: build a new one")
-            if self._thread is None:
-                self._thread = threading.Thread(
-                    target=self._serve, name=f"lease-coordinator-{self.member_id}", daemon=True
-                )
-                self._thread.start()
+            self._loop.start(f"lease-coordinator-{self.member_id}")
         return self
 
     def tick(self) -> None:
@@ -349,30 +341,21 @@ class LeaseCoordinator:
                 "another thread, e.g. the one handling SIGTERM"
             )
         with self._lock:
-            first = not self._stop_event.is_set()
+            first = not self._loop.stopped.is_set()
             if first:  # a crash (not graceful) must not plan without this member meanwhile
                 self._stopping = graceful
-                self._graceful = graceful
-                self._deadline = time.monotonic() + (
-                    timeout if timeout is not None else self.lease_duration
-                )
-                self._stop_event.set()
-            thread = self._thread
+                self._loop.stop(graceful, timeout if timeout is not None else self.lease_duration)
         if not first:  # the first call does the work; later calls get its result
             self._stop_done.wait()
             return self._stop_result
-        self._wake.set()
-        if graceful:
-            leave = getattr(self.membership, "leave", None)
-            if callable(leave):
-                try:
-                    leave()
-                except Exception:
-                    log.exception("%s: leaving the membership failed", self.member_id)
-        if thread is not None:
-            thread.join()
-        elif graceful:
-            self._serve()  # never started: hand off from this thread
+        self._loop.wake.set()
+        leave = getattr(self.membership, "leave", None)
+        if graceful and callable(leave):
+            try:
+                leave()
+            except Exception:
+                log.exception("%s: leaving the membership failed", self.member_id)
+        self._loop.finish()
         with self._tick_lock, self._lock:  # no round (not even a manual tick) goes on after this
             self._stopped = True
             left = sorted(self._held)
@@ -475,8 +458,8 @@ class LeaseCoordinator:
             }
             return CoordinatorStatus(
                 member_id=self.member_id,
-                running=self._thread is not None and self._thread.is_alive(),
-                stopping=self._stop_event.is_set(),
+                running=self._loop.running(),
+                stopping=self._loop.stopped.is_set(),
                 held=tuple(sorted(self._held)),
                 pending_handoffs=pending,
                 suspects=tuple(sorted(self._suspects)),
@@ -484,7 +467,7 @@ class LeaseCoordinator:
                 last_tick_at=self._last_tick_at,
                 counters=dict(self._counters),
                 last_table_read_at=self._last_table_read_at,
-                last_membership_at=self._last_membership_at,
+                last_membership_at=self._members.last_read_at,
                 last_error=self._last_error,
             )
 
@@ -497,51 +480,6 @@ class LeaseCoordinator:
         return f"LeaseCoordinator({self.member_id!r}, table={self.table.table_name!r})"
 
     # --- the tick ------------------------------------------------------------------------
-
-    def _serve(self) -> None:
-        """The loop: ticks on a fixed schedule, light rounds between them, hand-offs written
-        as soon as their listener is done; after a graceful :meth:`stop`, until every lease
-        is handed off or the deadline passes."""
-        next_tick = time.monotonic()
-        last_round = -math.inf
-        expiry_at = math.inf  # a light round when a lease this member saw is due to expire
-        stop_seen = False
-        while True:
-            now = time.monotonic()
-            if self._stop_event.is_set():
-                if not self._graceful:
-                    return
-                if not stop_seen:  # plan without this member and hand off right away
-                    stop_seen = True
-                    self.refresh()  # also adopts (to hand on) what was handed to this member
-                    self._complete_ready_handoffs()
-                    last_round = now
-                with self._lock:
-                    empty = not self._held
-                if empty or time.monotonic() >= self._deadline:
-                    return
-            if now >= next_tick:
-                self.tick()
-                last_round = now
-                next_tick = max(next_tick + self.tick_interval, time.monotonic())
-            elif now >= min(expiry_at, self._next_scan(last_round, next_tick)):
-                self.refresh()
-                last_round = now
-            if last_round == now and expiry_at <= now:
-                expiry_at = math.inf  # served by this round
-            self._complete_ready_handoffs()
-            now = time.monotonic()
-            expiry_at = min(expiry_at, now + self._next_expiry())  # each moment scheduled once
-            wait = min(next_tick, self._next_scan(last_round, next_tick), expiry_at) - now
-            if self._pending_handoffs():
-                wait = min(wait, _COMPLETION_POLL)
-            if self._stop_event.is_set():
-                wait = min(wait, self._deadline - now)
-                with self._lock:
-                    if not self._held:
-                        continue  # all handed off: end now
-            if wait > 0 and self._wake.wait(wait):
-                self._wake.clear()
 
     def _round(self, *, full: bool) -> None:
         with self._tick_lock:
@@ -567,12 +505,6 @@ class LeaseCoordinator:
                 else:
                     self._count("refreshes")
 
-    def _next_scan(self, last_round: float, next_tick: float) -> float:
-        """When the next light round is due: ``scan_interval`` after the last round, unless
-        the next tick comes less than half an interval later (then the tick does it)."""
-        due = last_round + self.scan_interval
-        return next_tick if next_tick - due < self.scan_interval / 2 else due
-
     def _next_expiry(self) -> float:
         """Seconds until the next lease held by someone else expires unless renewed (a
         crashed holder's leases are then taken at that moment, not at the next round)."""
@@ -588,6 +520,10 @@ class LeaseCoordinator:
                 return math.inf
             self._expiry_served = min(future)  # scheduled now: never again
         return self._expiry_served - now + _EXPIRY_MARGIN
+
+    def _holding(self) -> bool:
+        with self._lock:
+            return bool(self._held)
 
     def _pending_handoffs(self) -> bool:
         with self._lock:
@@ -620,14 +556,8 @@ class LeaseCoordinator:
         self._notify_lost()
         if full:
             self._renew_all()
-        if full and self._drive is not None and not self._stopping:
-            try:
-                self._drive.heartbeat()
-            except DuplicateMemberIdError:
-                self._count("membership_errors")
-            except KinesisHashRingError as exc:
-                self._count("membership_errors")
-                log.warning("%s: heartbeat failed: %s", self.member_id, exc)
+        if full and not self._stopping:
+            self._members.heartbeat()
         if self.reads == "scoped" and not self._sweep_due():
             self._scoped_round(full=full)
             return
@@ -637,8 +567,7 @@ class LeaseCoordinator:
         self._last_sweep_at = self.clock()
         self._last_table_read_at = self.clock()
         self._last_error = None
-        if self._drive is not None:
-            self._drive.observe(snapshot)
+        self._members.observe(snapshot)
         now = self.clock()
         active = self._observe(snapshot, now)
         listed = self._read_members()
@@ -659,23 +588,19 @@ class LeaseCoordinator:
         self._handoffs(plan, keys, snapshot, now)
 
     def _read_members(self) -> list[str] | None:
-        """The member list (None, counted and logged, if it cannot be read: this round only
-        renews); a new membership version gives suspects another chance (on probation)."""
-        try:
-            version = self.membership.version
-            listed = list(self.membership.members())
-        except MembershipError as exc:
-            self._count("membership_errors")
-            self._last_error = f"{type(exc).__name__}: {exc}"
-            log.warning("%s: no member list (%s); only renewing this round", self.member_id, exc)
-            return None
-        self._last_membership_at = self.clock()
+        """The member list; None if unreadable (this round then only renews)."""
+        listed = self._members.read()
+        if listed is None:
+            self._last_error = self._members.error
+        return listed
+
+    def _new_membership_version(self, version: object) -> None:
+        """A new membership version gives suspects another chance (on probation)."""
         if version != self._membership_version:
             self._membership_version = version
             with self._lock:
                 self._probation.update(self._suspects)
                 self._suspects.clear()
-        return listed
 
     def _plan_members(self, listed: list[str], ready: bool) -> list[str]:
         """The members to plan for: the listed ones minus suspects (scoped reads keep them: every
@@ -696,9 +621,8 @@ class LeaseCoordinator:
             return True
         if now - self._last_sweep_at < self.sweep_interval:
             return False
-        try:
-            members = list(self.membership.members())
-        except MembershipError:
+        members = self._members.peek()
+        if members is None:
             return False
         if self._scoped.is_sweeper(members):
             return True
@@ -1053,8 +977,8 @@ class LeaseCoordinator:
                 with self._lock:
                     h.handoff = _Handoff(completion, now, target, counted=counted)
                 if isinstance(completion, concurrent.futures.Future):
-                    completion.add_done_callback(lambda _: self._wake.set())
-                self._wake.set()  # the loop looks at pending completions often from now on
+                    completion.add_done_callback(lambda _: self._loop.wake.set())
+                self._loop.wake.set()  # the loop looks at pending completions often from now on
                 self._count("handoffs_requested")
             handoff = h.handoff
             assert handoff is not None
@@ -1125,6 +1049,5 @@ class LeaseCoordinator:
 _KEEP = object()
 
 
-_COMPLETION_POLL = 0.05  # seconds between looks at pending hand-off completions (local state)
 _EXPIRY_MARGIN = 0.005  # run the expiry round just after the expiry, not just before it
 
