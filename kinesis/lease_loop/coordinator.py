@@ -76,20 +76,18 @@ import functools
 import logging
 import math
 import threading
-from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import dataclass
 
 from hashring import Assignment, Membership, plan_assignment, stable_assignment
 from kinesis.errors import (
-    CheckpointRegressionError,
     ConfigurationError,
     KinesisHashRingError,
     LeaseLostError,
 )
 from kinesis.lease_loop.clock import MONOTONIC, Clock
 from kinesis.lease_loop.coordinator_settings import CoordinatorSettings
+from kinesis.lease_loop.holder import Handoff, Held, LeaseHolder
 from kinesis.lease_loop.lease_listener import (
     COUNTER_NAMES,
     Completion,
@@ -125,30 +123,6 @@ __all__ = [
     "NullListener",
     "ResourceProvider",
 ]
-
-_RELEASE = object()  # hand-off target meaning "no new owner: release the lease"
-
-
-@dataclass
-class _Handoff:
-    completion: Completion
-    requested_at: float
-    target: Any  # member id, or _RELEASE
-    warned: bool = False
-    counted: bool = True  # counts against max_concurrent_handoffs
-    failed: bool = False  # the write failed: retried by the next round, not between rounds
-
-
-@dataclass
-class _Held:
-    lease: Lease
-    sent_at: float
-    valid_until: float
-    lock: threading.Lock = field(default_factory=threading.Lock)
-    handoff: _Handoff | None = None
-    gone: bool = False
-    started: bool = True  # False: adopted while stopping, handed on without processing
-
 
 @dataclass
 class _Seen:
@@ -259,7 +233,7 @@ class LeaseCoordinator:
             warmup_ticks=warmup_ticks, write_threads=write_threads, timing=timing, reads=reads,
             sweep_interval=sweep_interval, backup_check_interval=backup_check_interval,
         )
-        self.table, self.membership, self.listener, self.clock = table, membership, s.listener, clock
+        self.membership, self.listener, self.clock = membership, s.listener, clock
         self.member_id = membership.self_id
         self.timing = t = s.timing
         self.lease_duration, self.tick_interval, self.scan_interval = t.lease_duration, t.tick_interval, t.scan_interval
@@ -269,28 +243,26 @@ class LeaseCoordinator:
         self.write_threads, self.max_concurrent_handoffs = s.write_threads, s.max_concurrent_handoffs
         self.initial_checkpoint, self.warmup_ticks = s.initial_checkpoint, s.warmup_ticks
         self.sweep_interval, self.backup_check_interval = s.sweep_interval, s.backup_check_interval
+        self._holder = LeaseHolder(table, self.member_id, t, clock)  # the state shared across threads
+        self._lock = self._holder.lock  # also guards the lifecycle flags and the dicts below
+        self._count = self._holder.count
         self._members = MemberList(membership, s.drive, self.member_id, self._count, clock,
                                    self._new_membership_version)
         self._keys = ResourceKeys(s.resources, self.member_id, self._count)
-        self._lock = threading.RLock()  # guards the dicts below
         self._tick_lock = threading.Lock()  # one tick at a time
-        self._held: dict[str, _Held] = {}
         self._seen: dict[str, _Seen] = {}
         self._suspects: dict[str, float] = {}  # member -> last evidence of death
         self._suspicions: dict[str, int] = {}  # member -> times suspected in a row
         self._probation: set[str] = set()  # ex-suspects: one hand-off at a time until alive
         self._membership_version: object = None
-        self._lost_queue: list[Lease] = []
         self._fresh: set[str] = set()  # keys acquired during the current tick
-        self._counters: Counter[str] = Counter(dict.fromkeys(COUNTER_NAMES, 0))
         self._ticks = 0
         self._last_tick_at: float | None = None
         self._last_table_read_at: float | None = None
         self._last_error: str | None = None
-        self._stopping = False
         self._stopped = False
         self._loop = RoundLoop(Rounds(self.tick, self.refresh, self._complete_ready_handoffs, self._next_expiry,
-                                      self._holding, self._pending_handoffs), self.timing)
+                                      self._holder.holding, self._holder.has_pending_handoffs), self.timing)
         self._pool = WritePool(self.write_threads, self.member_id)  # the round's writes, at once
         self._listener = GuardedListener(self.listener, self.member_id, self._count)
         self._expiry_served = -math.inf  # the last expiry moment a round was scheduled for
@@ -343,7 +315,7 @@ class LeaseCoordinator:
         with self._lock:
             first = not self._loop.stopped.is_set()
             if first:  # a crash (not graceful) must not plan without this member meanwhile
-                self._stopping = graceful
+                self._holder.stopping = graceful
                 self._loop.stop(graceful, timeout if timeout is not None else self.lease_duration)
         if not first:  # the first call does the work; later calls get its result
             self._stop_done.wait()
@@ -358,10 +330,7 @@ class LeaseCoordinator:
         self._loop.finish()
         with self._tick_lock, self._lock:  # no round (not even a manual tick) goes on after this
             self._stopped = True
-            left = sorted(self._held)
-            for h in self._held.values():
-                h.gone = True
-            self._held.clear()
+            left = self._holder.drop_all()
             self._pool.shutdown()
         if left:
             (log.warning if graceful else log.info)(
@@ -381,91 +350,37 @@ class LeaseCoordinator:
         also gets ``on_lease_lost`` on the next tick) and :class:`CheckpointRegressionError`
         if ``checkpoint`` is behind the stored one.
         """
-        cp = Checkpoint.of(checkpoint)
-        with self._lock:
-            held = self._held.get(key)
-        if held is None:
-            raise LeaseLostError(f"{self.member_id} does not hold lease {key!r}: stop processing it")
-        with held.lock:
-            if held.gone:
-                raise LeaseLostError(f"{self.member_id} no longer holds lease {key!r}")
-            # Also past ``valid_until`` (a late renewal): the write is fenced by the counter,
-            # so it succeeds only if nobody took the lease meanwhile, and then it renews it.
-            sent = self.clock()
-            try:
-                new = self.table.checkpoint(held.lease, cp)
-            except LeaseLostError:
-                held.gone = True
-                with self._lock:
-                    if self._held.get(key) is held:
-                        del self._held[key]
-                        self._lost_queue.append(held.lease)
-                raise
-            except CheckpointRegressionError:
-                raise
-            held.lease = new
-            held.sent_at = sent
-            held.valid_until = sent + self.lease_duration - self.tick_interval
-            self._count("checkpoints")
-            return new
+        return self._holder.checkpoint(key, Checkpoint.of(checkpoint))
 
     def holds(self, key: str) -> bool:
         """True while this member may process ``key`` (held, renewed in time, not handed off)."""
-        with self._lock:
-            held = self._held.get(key)
-        if held is None or held.gone or self.clock() >= held.valid_until:
-            return False
-        return held.handoff is None or not _done(held.handoff.completion)
+        return self._holder.holds(key)
 
     def lease(self, key: str) -> Lease | None:
         """The held lease as last written by this member, or None."""
-        with self._lock:
-            held = self._held.get(key)
-        return None if held is None or held.gone else held.lease
+        return self._holder.lease(key)
 
     def held_keys(self) -> tuple[str, ...]:
         """The keys this member holds, sorted."""
-        with self._lock:
-            return tuple(sorted(k for k, h in self._held.items() if not h.gone))
+        return self._holder.held_keys()
 
     def release(self, key: str) -> bool:
         """Give up a held lease now (e.g. after SHARD_END); False if it was not held."""
-        with self._lock:
-            held = self._held.get(key)
-        if held is None:
-            return False
-        with held.lock:
-            if held.gone:
-                return False
-            try:
-                self.table.release(held.lease)
-                self._count("releases")
-            except LeaseLostError:
-                self._count("leases_lost")
-            held.gone = True
-            with self._lock:
-                if self._held.get(key) is held:
-                    del self._held[key]
-        return True
+        return self._holder.release(key)
 
     def status(self) -> CoordinatorStatus:
         """A consistent snapshot of the coordinator's state."""
         with self._lock:
-            pending = {
-                k: (None if h.handoff.target is _RELEASE else h.handoff.target)
-                for k, h in self._held.items()
-                if h.handoff is not None
-            }
             return CoordinatorStatus(
                 member_id=self.member_id,
                 running=self._loop.running(),
                 stopping=self._loop.stopped.is_set(),
-                held=tuple(sorted(self._held)),
-                pending_handoffs=pending,
+                held=tuple(sorted(self._holder.keys())),
+                pending_handoffs=self._holder.pending_handoffs(),
                 suspects=tuple(sorted(self._suspects)),
                 ticks=self._ticks,
                 last_tick_at=self._last_tick_at,
-                counters=dict(self._counters),
+                counters=self._holder.counters(),
                 last_table_read_at=self._last_table_read_at,
                 last_membership_at=self._members.last_read_at,
                 last_error=self._last_error,
@@ -474,7 +389,16 @@ class LeaseCoordinator:
     @property
     def counters(self) -> Mapping[str, int]:
         """The event counters (see :data:`COUNTER_NAMES`)."""
-        return dict(self._counters)
+        return self._holder.counters()
+
+    @property
+    def table(self) -> LeaseTable:
+        """The lease table (assignable: the holder writes through the new one)."""
+        return self._holder.table
+
+    @table.setter
+    def table(self, table: LeaseTable) -> None:
+        self._holder.table = table
 
     def __repr__(self) -> str:
         return f"LeaseCoordinator({self.member_id!r}, table={self.table.table_name!r})"
@@ -509,25 +433,18 @@ class LeaseCoordinator:
         """Seconds until the next lease held by someone else expires unless renewed (a
         crashed holder's leases are then taken at that moment, not at the next round)."""
         now = self.clock()
+        held = self._holder.keys()
         with self._lock:
             due = [
                 seen.since + self.lease_duration
                 for key, seen in self._seen.items()
-                if seen.owner not in (None, self.member_id) and key not in self._held
+                if seen.owner not in (None, self.member_id) and key not in held
             ]
             future = [t for t in due if t > max(now, self._expiry_served)]
             if not future:
                 return math.inf
             self._expiry_served = min(future)  # scheduled now: never again
         return self._expiry_served - now + _EXPIRY_MARGIN
-
-    def _holding(self) -> bool:
-        with self._lock:
-            return bool(self._held)
-
-    def _pending_handoffs(self) -> bool:
-        with self._lock:
-            return any(h.handoff is not None and not h.gone for h in self._held.values())
 
     def _complete_ready_handoffs(self) -> None:
         """Write the hand-offs whose listener finished since the last round (last plan's target)."""
@@ -536,15 +453,7 @@ class LeaseCoordinator:
                 return
             self._ticking = threading.current_thread()
             try:
-                with self._lock:
-                    ready = [
-                        (k, h, h.handoff.target)
-                        for k, h in sorted(self._held.items())
-                        if h.handoff is not None and not h.gone and not h.handoff.failed
-                        and _done(h.handoff.completion)
-                        and not (self._stopping and h.handoff.target == self.member_id)
-                    ]
-                self._complete_handoffs(ready)
+                self._complete_handoffs(self._holder.ready_handoffs())
             except Exception:  # the loop must survive anything (as a round does)
                 self._count("lease_loop_errors")
                 log.exception("%s: completing hand-offs failed", self.member_id)
@@ -553,10 +462,12 @@ class LeaseCoordinator:
 
     def _tick(self, *, full: bool = True) -> None:
         self._fresh.clear()
-        self._notify_lost()
+        for lease in self._holder.take_lost():
+            self._count("leases_lost")
+            self._listener.call("on_lease_lost", lease)
         if full:
-            self._renew_all()
-        if full and not self._stopping:
+            self._holder.renew_all(self._pool, self._lost)
+        if full and not self._holder.stopping:
             self._members.heartbeat()
         if self.reads == "scoped" and not self._sweep_due():
             self._scoped_round(full=full)
@@ -579,7 +490,7 @@ class LeaseCoordinator:
             for key in [k for k, s in self._seen.items() if s.counter is None and k not in planned]:
                 del self._seen[key]
         self._update_suspects(snapshot, active, now)
-        ready = self.member_id in listed and not self._stopping
+        ready = self.member_id in listed and not self._holder.stopping
         plan = self._plan(self._plan_members(listed, ready), keys, snapshot)
         self.last_plan = plan
         self._adopt(snapshot)
@@ -639,7 +550,7 @@ class LeaseCoordinator:
         if listed is None:
             return
         keys = self._keys(self._last_full)
-        ready = self.member_id in listed and not self._stopping
+        ready = self.member_id in listed and not self._holder.stopping
         plan = self._plan(self._plan_members(listed, ready), keys, self._last_full)
         now = self.clock()
         if self._scoped.inputs_changed():
@@ -647,8 +558,7 @@ class LeaseCoordinator:
             if plan is not None:
                 self._scoped.plan_changed(self.last_plan, plan)
         self.last_plan = plan
-        with self._lock:
-            held = set(self._held)
+        held = self._holder.keys()
         wanted: set[str] = set()
         samples: dict[str, str] = {}  # holder -> the one backup row read to see it is alive
         if plan is not None:
@@ -686,68 +596,17 @@ class LeaseCoordinator:
         for key, lease in sorted(snapshot.leases.items()):
             if lease.owner != self.member_id or lease.handed_off_by is None:
                 continue
-            with self._lock:
-                if key in self._held:
-                    continue
+            if self._holder.get(key) is not None:
+                continue
             writes.append((key, "adopted", functools.partial(self.table.adopt, lease)))
         self._acquire_all(writes)
 
-    def _notify_lost(self) -> None:
-        with self._lock:
-            lost, self._lost_queue = self._lost_queue, []
-        for lease in lost:
-            self._count("leases_lost")
-            self._listener.call("on_lease_lost", lease)
-
-    def _renew_all(self) -> None:
-        with self._lock:
-            held = sorted(self._held.items())
-        lost = self._pool.run([functools.partial(self._renew, key, h) for key, h in held])
-        for (key, h), gone in zip(held, lost, strict=True):
-            if gone is True:
-                self._forget(key, h, notify=True)
-        raise_first(lost)
-
-    def _renew(self, key: str, h: _Held) -> bool:
-        """Renew one held lease (on a writer thread); True if it was lost."""
-        with h.lock:
-            if h.gone:
-                return False
-            sent = self.clock()
-            if sent - h.sent_at < self.tick_interval / 2:
-                return False  # written moments ago (a checkpoint): that was the renewal
-            desired = None
-            if h.handoff is not None and h.handoff.target is not _RELEASE:
-                desired = h.handoff.target
-            pending: Any = desired if desired != h.lease.pending_handoff else _KEEP
-            try:
-                if pending is _KEEP:
-                    h.lease = self.table.renew(h.lease)
-                else:
-                    h.lease = self.table.renew(h.lease, pending_handoff=pending)
-                h.sent_at = sent
-                h.valid_until = sent + self.lease_duration - self.tick_interval
-                self._count("renewals")
-                return False
-            except LeaseLostError as exc:
-                log.warning("%s: lost lease %s (another member took it): %s", self.member_id, key, exc)
-            except KinesisHashRingError as exc:
-                self._count("renew_failures")
-                log.warning("%s: could not renew %s: %s", self.member_id, key, exc)
-                if self.clock() < h.valid_until:
-                    return False
-                log.error("%s: lease %s not renewed in time; dropping it", self.member_id, key)
-            h.gone = True
-            return True
-
-    def _forget(self, key: str, h: _Held, *, notify: bool) -> None:
-        with self._lock:
-            if self._held.get(key) is h:
-                del self._held[key]
-        if notify:
-            self._count("leases_lost")
-            if h.started and (h.handoff is None or not _done(h.handoff.completion)):
-                self._listener.call("on_lease_lost", h.lease)
+    def _lost(self, key: str, h: Held) -> None:
+        """Forget a lease found lost; tell the listener unless it already stopped (hand-off done)."""
+        self._holder.forget(key, h)
+        self._count("leases_lost")
+        if h.started and (h.handoff is None or not _done(h.handoff.completion)):
+            self._listener.call("on_lease_lost", h.lease)
 
     def _observe(self, snapshot: TableSnapshot, now: float, *, partial: bool = False) -> set[str]:
         """Track when each row's counter last changed; return members seen writing.
@@ -828,7 +687,7 @@ class LeaseCoordinator:
         writes: list[tuple[str, str, Callable[[], Lease | None]]] = []
         for key in keys:
             with self._lock:
-                if key in self._held:
+                if self._holder.get(key) is not None:
                     continue
                 seen = self._seen.get(key)
                 if seen is None or (key not in snapshot.leases and seen.counter is not None):
@@ -893,25 +752,13 @@ class LeaseCoordinator:
         return write(), sent
 
     def _register(self, key: str, kind: str, lease: Lease, sent: float) -> None:
-        h = _Held(lease, sent, sent + self.lease_duration - self.tick_interval)
-        with self._lock:
-            self._held[key] = h
-            if self._stopping:  # handed to a leaving member: pass it on, do not process it
-                h.started = False
-            else:
-                self._fresh.add(key)
+        h = self._holder.add(key, lease, sent)
+        if h.started:
+            self._fresh.add(key)
         self._count(kind)
         log.info("%s: %s (counter %d)", self.member_id, self._acquired_how(key, kind), lease.counter)
         if h.started and not self._listener.call("on_lease_acquired", lease):
-            with h.lock:
-                if not h.gone:
-                    try:
-                        self.table.release(h.lease)
-                        self._count("releases")
-                    except KinesisHashRingError:
-                        pass
-                    h.gone = True
-            self._forget(key, h, notify=False)
+            self._holder.drop(key, h)
 
     def _acquired_how(self, key: str, kind: str) -> str:
         """How ``key`` was acquired and from whom, for the log (the row as last read)."""
@@ -943,25 +790,24 @@ class LeaseCoordinator:
             and now - self._seen[key].since
             >= (self.adopt_timeout if lease.handed_off_by is not None else self.lease_duration)
         }
-        with self._lock:
-            held = sorted(self._held.items())
+        held = self._holder.items()
         in_flight = sum(1 for _, h in held if h.handoff is not None and h.handoff.counted)
-        ready: list[tuple[str, _Held, Any]] = []
+        ready: list[tuple[str, Held, str | None]] = []
         probing = {h.handoff.target for _, h in held if h.handoff is not None}
         for key, h in held:
             if h.gone or key in self._fresh:
                 continue  # taken this tick under an older plan: judged on the next tick
-            target: Any
+            target: str | None
             if key not in plannable:
-                target = _RELEASE
+                target = None  # release
             elif plan is None:
-                target = self.member_id if not self._stopping else _RELEASE
+                target = self.member_id if not self._holder.stopping else None
             else:
                 target = plan.owner(key)
             if h.handoff is None:
                 if target == self.member_id:
                     continue
-                if target is not _RELEASE and not self._stopping:
+                if target is not None and not self._holder.stopping:
                     if in_flight >= self.max_concurrent_handoffs:
                         continue
                     if target in unhealthy or target in self._suspects:
@@ -974,8 +820,7 @@ class LeaseCoordinator:
                 else:
                     counted = False
                 completion = self._listener.request_handoff(h.lease) if h.started else None
-                with self._lock:
-                    h.handoff = _Handoff(completion, now, target, counted=counted)
+                self._holder.begin_handoff(h, Handoff(completion, now, target, counted=counted))
                 if isinstance(completion, concurrent.futures.Future):
                     completion.add_done_callback(lambda _: self._loop.wake.set())
                 self._loop.wake.set()  # the loop looks at pending completions often from now on
@@ -998,55 +843,23 @@ class LeaseCoordinator:
                 in_flight -= 1  # the limit is on hand-offs in progress, not per tick
         self._complete_handoffs(ready)
 
-    def _complete_handoffs(self, ready: list[tuple[str, _Held, Any]]) -> None:
+    def _complete_handoffs(self, ready: list[tuple[str, Held, str | None]]) -> None:
         """Finish hand-offs whose listener is done: resume (plan changed back), or write the
         hand-off / release of each, all at once."""
-        writes: list[tuple[str, _Held, Any]] = []
+        writes: list[tuple[str, Held, str | None]] = []
         for key, h, target in ready:
             if target == self.member_id:  # the plan changed back: resume processing
-                with self._lock:
-                    h.handoff = None
+                self._holder.begin_handoff(h, None)
                 self._count("handoffs_resumed")
                 if self._listener.call("on_lease_acquired", h.lease):
                     continue
-                target = _RELEASE
+                target = None
             writes.append((key, h, target))
-        done = self._pool.run([functools.partial(self._handoff_write, *w) for w in writes])
+        done = self._pool.run([functools.partial(self._holder.hand_off, *w) for w in writes])
         for (key, h, _), gone in zip(writes, done, strict=True):
             if gone is True:
-                self._forget(key, h, notify=False)
+                self._holder.forget(key, h)
         raise_first(done)
-
-    def _handoff_write(self, key: str, h: _Held, target: Any) -> bool:
-        """Hand the lease to ``target`` (or release it); True once it is no longer held."""
-        with h.lock:
-            if h.gone:
-                return False
-            try:
-                if target is _RELEASE:
-                    self.table.release(h.lease)
-                    self._count("releases")
-                else:
-                    self.table.handoff(h.lease, target)
-                    self._count("handoffs")
-                    log.info("%s: handed %s off to %s", self.member_id, key, target)
-            except LeaseLostError:
-                self._count("leases_lost")
-            except Exception as exc:  # throttling, outage, credentials...: the next round retries
-                if h.handoff is not None:
-                    h.handoff.failed = True
-                self._count("lease_loop_errors")
-                log.warning("%s: hand-off of %s failed (retried next round): %s", self.member_id, key, exc)
-                return False
-            h.gone = True
-            return True
-
-    def _count(self, name: str) -> None:
-        with self._lock:
-            self._counters[name] += 1
-
-
-_KEEP = object()
 
 
 _EXPIRY_MARGIN = 0.005  # run the expiry round just after the expiry, not just before it
