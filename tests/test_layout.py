@@ -31,6 +31,22 @@ def test_the_lease_loop_imports_nothing_of_the_consumer() -> None:
     assert len(offenders) >= 8  # the sub-package is where the layout says
 
 
+def test_the_decisions_are_pure() -> None:
+    # no I/O, no clock, no threads: the rules take a snapshot and return decisions
+    allowed = {"__future__", "collections.abc", "dataclasses", "math", "hashring",
+               "kinesis.lease_loop.lease_model", "kinesis.lease_loop.lease_timing"}
+    assert module_level_imports(LEASE_LOOP / "decisions.py") <= allowed
+
+
+def test_the_coordinator_is_split_into_its_parts() -> None:
+    parts = {"coordinator", "decisions", "holder", "handoffs", "acquisitions", "observations", "planner",
+             "round_loop", "write_pool", "resource_keys", "coordinator_settings", "member_list", "lease_timing",
+             "scoped_reads"}
+    assert parts <= {path.stem for path in LEASE_LOOP.glob("*.py")}
+    imported = module_level_imports(LEASE_LOOP / "coordinator.py")
+    assert {f"kinesis.lease_loop.{p}" for p in parts - {"coordinator", "lease_timing"}} <= imported
+
+
 def test_the_public_names_are_unchanged() -> None:
     for name in ("Worker", "WorkerConfig", "LeaseCoordinator", "LeaseTable", "DynamoDBMembership",
                  "Checkpoint", "Position", "RecordProcessor", "ShardReader", "FakeClock"):

@@ -1,161 +1,94 @@
 """``LeaseCoordinator``: the balanced, fenced lease loop for any set of resources.
 
-Every member runs one coordinator over the same lease table. On each tick (every
-``tick_interval``, by default ``lease_duration / 3``) it:
+Every member runs one coordinator over the same lease table. A *round* is read ->
+snapshot -> decisions -> writes; each part is a module of its own:
 
-1. renews the leases it holds (one conditional write each; a failed condition means
-   the lease was lost and the listener hears it at once);
-2. heartbeats its :class:`~kinesis.lease_loop.membership.DynamoDBMembership` if it drives one;
-3. scans the lease table (one consistent, paginated scan; the heartbeat rows come along);
-4. asks the resource provider which keys may be planned now, refreshes the member list
-   (cached by the membership) and computes :func:`hashring.plan_assignment` with the
-   current holders as input and ``replicas`` backups per key;
-5. takes the leases planned for it that are free, missing (it creates the row), handed
-   to it (it *adopts* them at once) or expired; hands off (gracefully) the leases it holds
-   that the plan gives to someone else, at most ``max_concurrent_handoffs`` at a time;
-   takes over expired leases as a backup by rank, and orphaned ones as anyone.
+1. (ticks only, every ``tick_interval``) renew the held leases (:mod:`.holder`: a lost
+   lease is told to the listener at once) and heartbeat a driven membership
+   (:mod:`.member_list`);
+2. read: one consistent scan, or with ``reads="scoped"`` only the rows that can change this
+   member's decisions (:mod:`.scoped_reads`); update the expiry timers and suspicions
+   (:mod:`.observations`);
+3. plan the provider's keys (:mod:`.resource_keys`) over the listed members (:mod:`.planner`);
+4. decide over one :class:`~.decisions.Snapshot` (:mod:`.decisions` holds the rules: expiry,
+   takeover order, suspects, who may receive a hand-off): adopt what was handed to this
+   member, take what is free, expired, offered too long or orphaned (:mod:`.acquisitions`),
+   hand off what the plan gives to someone else (:mod:`.handoffs`);
+5. send the round's writes at once (:mod:`.write_pool`).
 
-Expiry is judged on this process's monotonic clock: a lease is expired when its counter
-has not changed for ``lease_duration`` since this coordinator first saw that value. A
-holder considers its own lease valid only until ``lease_duration - tick_interval`` after
-it *sent* its last successful write, so it stops before anyone else can think the lease
-expired: the two never process the same key at once (and every checkpoint is fenced by
-owner + counter anyway).
+*Light rounds* (steps 2-5, every ``scan_interval`` between ticks), expiry rounds and hand-offs
+written between rounds are scheduled by :mod:`.round_loop`. Keys taken in a round are
+judged for hand-off on the next one. With a driven DynamoDBMembership the first tick only
+heartbeats (``warmup_ticks``), so members started together see each other first.
 
-Takeover order for an expired lease: the plan's owners without the dead holder, in
-order; the i-th of them may take it once it has been expired for ``i * backup_grace``.
-(If the plan's primary is the dead holder, its first backup acts at once; if the primary
-is someone else, the primary acts at once and the first backup one grace later.) A free
-lease counts as expired from the moment it is first seen free. Any member may take a
-lease (or create a missing row) unchanged for ``orphan_timeout``: disagreeing views can
-stall a key for a bounded time only.
+Threads, and what each touches:
 
-A member whose leases all look expired is *suspected* and left out of the plan (so its
-keys are not planned back to it), until a lease row shows it writing again. After
-``orphan_timeout`` (doubling each time, up to 16x) it is on probation: planned again, but
-handed at most one lease per member at a time until it adopts one (a change of the
-membership version also ends suspicions this way). Nobody hands a lease
-to a member that currently lets one of its leases expire. This covers a crashed member
-that a static or slow membership still lists: its leases are taken over after one lease
-duration straight into a balanced plan, and it costs only rare probes afterwards.
+* **The round thread**: "lease-coordinator-<id>" (:meth:`start`), or whoever calls
+  :meth:`tick` / :meth:`refresh` (tests, with a :class:`~.clock.FakeClock`), or :meth:`stop`
+  for a coordinator never started. Rounds run one at a time under the round lock
+  (``_tick_lock``), and all round state is touched only under it: the observations
+  (timers, suspects, the expiry schedule), the keys taken this round, the last full scan,
+  the resource-key cache, the planner and :class:`~.scoped_reads.ScopedReads`, the write
+  pool. **Every listener callback runs here** (also for leases a checkpoint found lost);
+  listener exceptions are logged and counted, and a failing ``on_lease_acquired``
+  releases that lease.
+* **Writer threads** (``write_threads``): the renewals, takes, adoptions and hand-off
+  writes of one round; each touches one held lease, under its own lock, and the counters.
+* **Processing threads**: :meth:`checkpoint`, :meth:`release`, :meth:`holds`,
+  :meth:`lease`, :meth:`held_keys`, :meth:`status`, :attr:`counters`.
+* **The stopping thread**: :meth:`stop` sets the lifecycle flags, waits for the round
+  thread, then drops what is left under the round lock.
 
-Between ticks, a *light round* runs every ``scan_interval`` (default ``tick_interval / 3``):
-steps 3-5 without renewals or heartbeat, one scan request each. It makes a member see a
-newcomer, a lease handed to it, or a lease that just expired within ``scan_interval``
-instead of a whole tick. A hand-off whose listener finishes between rounds is written at
-once (with the target of the last plan), not on the next round. Renewals, takes, adoptions
-and hand-off writes of one round are sent concurrently (``write_threads``), so a round
-costs about one DynamoDB round trip however many leases move.
-
-Keys taken during a tick are judged for hand-off on the next tick (with a fresh plan).
-With a driven DynamoDBMembership the first tick only heartbeats (``warmup_ticks``), so
-members started together see each other before they take anything.
-
-Graceful hand-off: the coordinator calls ``listener.on_handoff_requested(lease)``, which
-returns a completion (a :class:`threading.Event`, a :class:`concurrent.futures.Future`,
-or ``None`` for "already done"). Until the completion is done the lease keeps being
-renewed (also past ``handoff_timeout``, which only logs); then one conditional write
-passes the lease, with its checkpoint, to the planned owner, who adopts it on its next
-round: no expiry wait, no duplicates. If by then the plan gives the key back to this
-member, the listener is told ``on_lease_acquired`` again instead. Held keys the provider
-no longer lists (e.g. finished shards) are released the same way (no new owner).
-
-Threads: :meth:`start` runs ticks and light rounds on a daemon thread
-("lease-coordinator-<id>"); tests call :meth:`tick` and :meth:`refresh` directly with a
-:class:`~kinesis.lease_loop.clock.FakeClock`. :meth:`stop` (graceful) lets that thread hand every
-lease off, writing each hand-off as soon as its listener is done. **Every listener
-callback runs on the tick thread** (also for leases found lost by :meth:`checkpoint`,
-which is called from processing threads). Listener exceptions are logged and counted;
-a failing ``on_lease_acquired`` releases that lease.
+So the holder is the only state shared across threads: its lock guards the held leases,
+the counters and the lifecycle flags (``stopping``, the loop's thread and stop deadline).
+Other threads read only single values the round replaces whole (``last_plan``, the suspect
+ids, tick and read times, the last error, which thread runs a round).
 """
 
 from __future__ import annotations
 
-import concurrent.futures
-import functools
+import contextlib
 import logging
-import math
 import threading
-import time
-from collections import Counter
-from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
-from typing import Any
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from dataclasses import replace
 
-from hashring import Assignment, Membership, plan_assignment, stable_assignment
-from hashring.errors import MembershipError
-from hashring.validation import check_replicas
-from kinesis.errors import (
-    CheckpointRegressionError,
-    ConfigurationError,
-    DuplicateMemberIdError,
-    InvalidLeaseKeyError,
-    KinesisHashRingError,
-    LeaseLostError,
-)
+from hashring import Assignment, Membership
+from kinesis.errors import ConfigurationError, KinesisHashRingError
+from kinesis.lease_loop import decisions
+from kinesis.lease_loop.acquisitions import Acquisitions
 from kinesis.lease_loop.clock import MONOTONIC, Clock
+from kinesis.lease_loop.coordinator_settings import CoordinatorSettings
+from kinesis.lease_loop.decisions import Snapshot
+from kinesis.lease_loop.handoffs import Handoffs
+from kinesis.lease_loop.holder import Held, LeaseHolder
 from kinesis.lease_loop.lease_listener import (
     COUNTER_NAMES,
     Completion,
     CoordinatorStatus,
+    GuardedListener,
     LeaseListener,
     NullListener,
     ResourceProvider,
+    completion_done,
 )
-from kinesis.lease_loop.lease_listener import completion_done as _done
-from kinesis.lease_loop.lease_model import (
-    TRIM_HORIZON,
-    Checkpoint,
-    Lease,
-    TableSnapshot,
-    check_lease_key,
-)
-from kinesis.lease_loop.lease_timing import LeaseTiming, seconds
+from kinesis.lease_loop.lease_model import TRIM_HORIZON, Checkpoint, Lease, TableSnapshot
+from kinesis.lease_loop.lease_timing import LeaseTiming
 from kinesis.lease_loop.leases import LeaseTable
-from kinesis.lease_loop.membership import DynamoDBMembership
+from kinesis.lease_loop.member_list import MemberList
+from kinesis.lease_loop.observations import Observations
+from kinesis.lease_loop.planner import Planner
+from kinesis.lease_loop.resource_keys import ResourceKeys
+from kinesis.lease_loop.round_loop import RoundLoop, Rounds
 from kinesis.lease_loop.scoped_reads import ScopedReads
+from kinesis.lease_loop.write_pool import WritePool
 
 log = logging.getLogger(__name__)
 
-__all__ = [
-    "COUNTER_NAMES",
-    "Completion",
-    "CoordinatorStatus",
-    "LeaseCoordinator",
-    "LeaseListener",
-    "NullListener",
-    "ResourceProvider",
-]
+__all__ = ["COUNTER_NAMES", "Completion", "CoordinatorStatus", "LeaseCoordinator", "LeaseListener",
+           "NullListener", "ResourceProvider"]
 
-_RELEASE = object()  # hand-off target meaning "no new owner: release the lease"
-
-
-@dataclass
-class _Handoff:
-    completion: Completion
-    requested_at: float
-    target: Any  # member id, or _RELEASE
-    warned: bool = False
-    counted: bool = True  # counts against max_concurrent_handoffs
-    failed: bool = False  # the write failed: retried by the next round, not between rounds
-
-
-@dataclass
-class _Held:
-    lease: Lease
-    sent_at: float
-    valid_until: float
-    lock: threading.Lock = field(default_factory=threading.Lock)
-    handoff: _Handoff | None = None
-    gone: bool = False
-    started: bool = True  # False: adopted while stopping, handed on without processing
-
-
-@dataclass
-class _Seen:
-    counter: int | None  # None: no row yet
-    owner: str | None
-    since: float
+_EXPIRY_MARGIN = 0.005  # run the expiry round just after the expiry, not just before it
 
 
 class LeaseCoordinator:
@@ -173,17 +106,18 @@ class LeaseCoordinator:
         lease_duration: a lease whose counter has not changed for this long (on this
             process's monotonic clock) is expired. Default 10 s (KCL's failover time).
         tick_interval: time between ticks (default ``lease_duration / 3``; at most half).
-        scan_interval: time between light rounds (scan, adopt, take, hand off; no renewals)
-            between ticks (default ``tick_interval / 3``; ``tick_interval`` turns them off).
-            Each costs one scan request.
-        max_concurrent_handoffs: graceful hand-offs in progress at once per member
-            (rebalancing only; ``stop()`` hands everything off at once).
-        replicas: backups named per key, in takeover order.
+        scan_interval: time between light rounds between ticks (default ``tick_interval / 3``).
         backup_grace: how much longer each further backup waits (default ``lease_duration``).
         orphan_timeout: after this long without a change, any member may take a lease or
             create a missing row (default ``lease_duration + (replicas + 1) * backup_grace``).
-        handoff_timeout: log (and count) a listener that takes longer than this to finish
-            a hand-off; the lease is still renewed meanwhile (default ``lease_duration``).
+        handoff_timeout: log (and count) a listener slower than this to finish a hand-off.
+        adopt_timeout: a hand-off not adopted after this long is taken back (default
+            ``tick_interval``). All durations: :mod:`~kinesis.lease_loop.lease_timing`.
+        timing: all the durations above as one :class:`~kinesis.lease_loop.lease_timing.LeaseTiming`
+            (what a WorkerConfig builds); then leave the individual durations unset.
+        max_concurrent_handoffs: graceful hand-offs in progress at once per member
+            (rebalancing only; ``stop()`` hands everything off at once).
+        replicas: backups named per key, in takeover order.
         weights: optional member weights for proportional shares (missing members: 1.0).
         initial_checkpoint: checkpoint of rows this coordinator creates (default
             :data:`~kinesis.lease_loop.lease_model.TRIM_HORIZON`).
@@ -193,28 +127,12 @@ class LeaseCoordinator:
             see each other first (default 1 with a driven DynamoDBMembership, else 0).
         write_threads: DynamoDB writes of one round sent at once (renewals, takes,
             hand-offs); default 8 (botocore keeps 10 connections per client).
-        adopt_timeout: a lease handed to a member that has not adopted it after this long
-            (on the observer's clock) is taken back by the plan's next owner, and that member
-            is suspected (default ``tick_interval``; a live member adopts within a light
-            round). Safe at any time: a handed-off lease is processed only after the
-            target's adopt write, and the take is conditional on the counter it saw.
-        timing: all the durations above as one :class:`~kinesis.lease_loop.lease_timing.LeaseTiming`
-            (what a WorkerConfig builds); then leave the individual durations unset.
         reads: ``"scan"`` (default): every round scans the table and plans with
-            :func:`hashring.plan_assignment` from the current owners. ``"scoped"``: no scan
-            in steady state; the plan is :func:`hashring.stable_assignment` of (members,
-            keys) alone, with each member's keys backed up by its successors in the sorted
-            member list (:func:`hashring.watched_by_successors`); a round reads
-            (BatchGetItem, eventually consistent) only the rows planned for this member and
-            not held and, every ``backup_check_interval``, one sample row of each member it
-            watches (its ``replicas`` predecessors; all of that member's rows once the sample
-            stops changing for a tick); a full scan (eventually consistent) runs at start,
-            and every ``sweep_interval`` on the two owners of a reserved chore key
-            (rendezvous over the members; they also take orphans). Suspects stay in the
-            plan (every member makes the same plan) but get no hand-offs; a dead member's
-            keys stay with its watcher until the member list drops it. Needs a membership
-            not fed by the scan (Kubernetes, static); the resource provider sees the last
-            full scan.
+            :func:`hashring.plan_assignment` from the current owners. ``"scoped"``: a round
+            reads only the rows planned for this member and not held and, every
+            ``backup_check_interval``, one sample row of each member it watches (its
+            ``replicas`` predecessors; all of that member's rows once the sample stops
+            changing for a tick); see :mod:`~kinesis.lease_loop.scoped_reads`.
         sweep_interval: scoped reads: the slow safety sweep (default ``30 * lease_duration``).
         backup_check_interval: scoped reads: how often a member samples the members it
             watches (default ``lease_duration / 2``: a crashed member still listed is taken
@@ -251,145 +169,50 @@ class LeaseCoordinator:
         backup_check_interval: float | None = None,
         clock: Clock = MONOTONIC,
     ):
-        if not isinstance(table, LeaseTable):
-            raise ConfigurationError(f"table must be a LeaseTable, got {type(table).__name__}")
-        if not isinstance(membership, Membership):
-            raise ConfigurationError(
-                f"membership must implement hashring.Membership (members(), self_id, version), "
-                f"got {type(membership).__name__}"
-            )
-        if isinstance(write_threads, bool) or not isinstance(write_threads, int) or write_threads < 1:
-            raise ConfigurationError(f"write_threads must be an int >= 1, got {write_threads!r}")
-        self.write_threads = write_threads
-        if (
-            isinstance(max_concurrent_handoffs, bool)
-            or not isinstance(max_concurrent_handoffs, int)
-            or max_concurrent_handoffs < 1
-        ):
-            raise ConfigurationError(
-                f"max_concurrent_handoffs must be an int >= 1, got {max_concurrent_handoffs!r}"
-            )
-        self.replicas = check_replicas(replicas)
-        given = {
-            "tick_interval": tick_interval, "scan_interval": scan_interval, "backup_grace": backup_grace,
-            "orphan_timeout": orphan_timeout, "handoff_timeout": handoff_timeout, "adopt_timeout": adopt_timeout,
-        }
-        if timing is None:
-            timing = LeaseTiming.of(10.0 if lease_duration is None else lease_duration,
-                                    replicas=self.replicas, **given)
-        elif not isinstance(timing, LeaseTiming):
-            raise ConfigurationError(f"timing must be a LeaseTiming, got {type(timing).__name__}")
-        elif any(v is not None for v in given.values()) or lease_duration is not None:
-            raise ConfigurationError(
-                "pass either timing= or the durations (lease_duration, tick_interval, ...), not both"
-            )
-        if reads not in ("scan", "scoped"):
-            raise ConfigurationError(f"reads must be 'scan' or 'scoped', got {reads!r}")
-        self.reads = reads
-        self.sweep_interval = _seconds_or(
-            "sweep_interval", sweep_interval, 30 * timing.lease_duration
+        s = CoordinatorSettings.of(
+            table, membership, resources, listener, lease_duration=lease_duration,
+            tick_interval=tick_interval, scan_interval=scan_interval, backup_grace=backup_grace,
+            orphan_timeout=orphan_timeout, handoff_timeout=handoff_timeout, adopt_timeout=adopt_timeout,
+            max_concurrent_handoffs=max_concurrent_handoffs, replicas=replicas, weights=weights,
+            initial_checkpoint=initial_checkpoint, drive_membership=drive_membership,
+            warmup_ticks=warmup_ticks, write_threads=write_threads, timing=timing, reads=reads,
+            sweep_interval=sweep_interval, backup_check_interval=backup_check_interval,
         )
-        self.backup_check_interval = _seconds_or(
-            "backup_check_interval", backup_check_interval, timing.lease_duration / 2
-        )
-        self.timing = timing
-        self.lease_duration = timing.lease_duration
-        self.tick_interval = timing.tick_interval
-        self.scan_interval = timing.scan_interval
-        self.backup_grace = timing.backup_grace
-        self.orphan_timeout = timing.orphan_timeout
-        self.handoff_timeout = timing.handoff_timeout
-        self.adopt_timeout = timing.adopt_timeout
-        if weights is not None:
-            if not isinstance(weights, Mapping):
-                raise ConfigurationError(f"weights must be a mapping of member -> weight, got {weights!r}")
-            for member, w in weights.items():
-                if isinstance(w, bool) or not isinstance(w, int | float) or not math.isfinite(w) or w <= 0:
-                    raise ConfigurationError(f"weight of {member!r} must be a finite number > 0, got {w!r}")
-        if listener is None:
-            listener = NullListener()
-        if not isinstance(listener, LeaseListener):
-            raise ConfigurationError(
-                "listener must have on_lease_acquired, on_lease_lost and on_handoff_requested"
-            )
-        if callable(resources):
-            self._resources: ResourceProvider = resources
-        elif isinstance(resources, Iterable) and not isinstance(resources, str):
-            fixed = tuple(resources)
-            for key in fixed:
-                check_lease_key(key)
-            self._resources = lambda _snapshot: fixed
-        else:
-            raise ConfigurationError(
-                "resources must be a callable(snapshot) -> keys, or a collection of lease keys"
-            )
-        self.table = table
-        self.membership = membership
-        self.listener = listener
-        self.max_concurrent_handoffs = max_concurrent_handoffs
-        self.weights = dict(weights) if weights is not None else None
-        self.initial_checkpoint = Checkpoint.of(initial_checkpoint)
-        self.clock = clock
-        self.member_id = membership.self_id
-        self._drive: DynamoDBMembership | None = None
-        if (
-            drive_membership
-            and isinstance(membership, DynamoDBMembership)
-            and membership.table.table_name == table.table_name
-        ):
-            self._drive = membership
-            if membership.member_timeout < 2 * self.tick_interval:
-                raise ConfigurationError(
-                    f"member_timeout ({membership.member_timeout:g} s) must be >= 2 ticks "
-                    f"({2 * self.tick_interval:g} s): the coordinator heartbeats once per tick"
-                )
-        if reads == "scoped" and (
-            isinstance(membership, DynamoDBMembership) and membership.table.table_name == table.table_name
-        ):
-            raise ConfigurationError(
-                "reads='scoped' needs a membership that is not read from the lease table's scan "
-                "(KubernetesMembership or StaticMembership): a DynamoDBMembership in the lease "
-                "table is fed by the scan this mode avoids"
-            )
-        if warmup_ticks is None:
-            warmup_ticks = 1 if self._drive is not None else 0
-        if isinstance(warmup_ticks, bool) or not isinstance(warmup_ticks, int) or warmup_ticks < 0:
-            raise ConfigurationError(f"warmup_ticks must be an int >= 0, got {warmup_ticks!r}")
-        self.warmup_ticks = warmup_ticks
-        self._lock = threading.RLock()  # guards the dicts below
-        self._tick_lock = threading.Lock()  # one tick at a time
-        self._held: dict[str, _Held] = {}
-        self._seen: dict[str, _Seen] = {}
-        self._suspects: dict[str, float] = {}  # member -> last evidence of death
-        self._suspicions: dict[str, int] = {}  # member -> times suspected in a row
-        self._probation: set[str] = set()  # ex-suspects: one hand-off at a time until alive
-        self._membership_version: object = None
-        self._lost_queue: list[Lease] = []
-        self._fresh: set[str] = set()  # keys acquired during the current tick
-        self._counters: Counter[str] = Counter(dict.fromkeys(COUNTER_NAMES, 0))
-        self._ticks = 0
-        self._last_tick_at: float | None = None
-        self._last_table_read_at: float | None = None
-        self._last_membership_at: float | None = None
-        self._last_error: str | None = None
-        self._stopping = False
-        self._graceful = True
-        self._deadline = math.inf  # real time (time.monotonic) by which a graceful stop ends
+        self.membership, self.listener, self.clock = membership, s.listener, clock
+        self.member_id = me = membership.self_id
+        self.timing = t = s.timing
+        self.lease_duration, self.tick_interval, self.scan_interval = t.lease_duration, t.tick_interval, t.scan_interval
+        self.backup_grace, self.orphan_timeout = t.backup_grace, t.orphan_timeout
+        self.handoff_timeout, self.adopt_timeout = t.handoff_timeout, t.adopt_timeout
+        self.replicas, self.weights, self.reads = s.replicas, s.weights, s.reads
+        self.write_threads, self.max_concurrent_handoffs = s.write_threads, s.max_concurrent_handoffs
+        self.initial_checkpoint, self.warmup_ticks = s.initial_checkpoint, s.warmup_ticks
+        self.sweep_interval, self.backup_check_interval = s.sweep_interval, s.backup_check_interval
+        self._holder = LeaseHolder(table, me, t, clock)  # the state shared across threads
+        self._lock = self._holder.lock  # also guards the lifecycle flags
+        self._count = self._holder.count
+        self._listener = GuardedListener(s.listener, me, self._count)
+        self._loop = RoundLoop(Rounds(self.tick, self.refresh, self._complete_ready_handoffs, self._next_expiry,
+                                      self._holder.holding, self._holder.has_pending_handoffs), t)
         self._stopped = False
-        self._stop_event = threading.Event()  # set by stop(): the loop ends (graceful: once empty)
-        self._wake = threading.Event()  # interrupts the loop's wait between rounds
-        self._writers: concurrent.futures.ThreadPoolExecutor | None = None
-        self._expiry_served = -math.inf  # the last expiry moment a round was scheduled for
         self._stop_done = threading.Event()  # set when the first stop() call has finished
         self._stop_result = False
-        self._thread: threading.Thread | None = None
-        self._ticking: threading.Thread | None = None
-        self._last_full: TableSnapshot | None = None  # the last full scan (scoped reads)
-        self._plannable_cache: tuple[Any, TableSnapshot, list[str]] | None = None
-        self._scoped = ScopedReads(membership.self_id)  # what a scoped round reads (no I/O)
-        self._last_sweep_at = -math.inf
-        self._next_backup_check = -math.inf
-        self._plan_changed_at = -math.inf
+        self._ticking: threading.Thread | None = None  # the thread running a round now
+        self._tick_lock = threading.Lock()  # the round lock: one round at a time; guards what follows
+        self._obs = Observations(me)
+        self._members = MemberList(membership, s.drive, me, self._count, clock, self._obs.membership)
+        self._keys = ResourceKeys(s.resources, me, self._count)
+        self._scoped = ScopedReads(me)  # what a scoped round reads (no I/O)
+        self._planner = Planner(me, s.replicas, s.weights, self._scoped if s.reads == "scoped" else None)
+        self._pool = WritePool(s.write_threads, me)
+        self._acquisitions = Acquisitions(self._holder, self._listener, self._pool, me, clock, s.initial_checkpoint)
+        self._handoffs = Handoffs(self._holder, self._listener, self._pool, me, self._loop.wake)
+        self._fresh: set[str] = set()  # keys acquired during the current round
+        self._last_full: TableSnapshot | None = None  # the last full scan
+        self._ticks = 0  # these are read by status() from any thread: plain values
+        self._last_tick_at: float | None = None
+        self._last_table_read_at: float | None = None
+        self._last_error: str | None = None
         self.last_plan: Assignment | None = None
         """The plan computed on the last tick (None if none could be made)."""
 
@@ -399,13 +222,9 @@ class LeaseCoordinator:
         """Run ticks every ``tick_interval`` and light rounds every ``scan_interval`` (real
         time) on a daemon thread."""
         with self._lock:
-            if self._stopped or self._stop_event.is_set():
+            if self._stopped or self._loop.stopped.is_set():
                 raise ConfigurationError("a stopped coordinator cannot be restarted: build a new one")
-            if self._thread is None:
-                self._thread = threading.Thread(
-                    target=self._serve, name=f"lease-coordinator-{self.member_id}", daemon=True
-                )
-                self._thread.start()
+            self._loop.start(f"lease-coordinator-{self.member_id}")
         return self
 
     def tick(self) -> None:
@@ -433,39 +252,25 @@ class LeaseCoordinator:
                 "another thread, e.g. the one handling SIGTERM"
             )
         with self._lock:
-            first = not self._stop_event.is_set()
+            first = not self._loop.stopped.is_set()
             if first:  # a crash (not graceful) must not plan without this member meanwhile
-                self._stopping = graceful
-                self._graceful = graceful
-                self._deadline = time.monotonic() + (
-                    timeout if timeout is not None else self.lease_duration
-                )
-                self._stop_event.set()
-            thread = self._thread
+                self._holder.stopping = graceful
+                self._loop.stop(graceful, timeout if timeout is not None else self.lease_duration)
         if not first:  # the first call does the work; later calls get its result
             self._stop_done.wait()
             return self._stop_result
-        self._wake.set()
-        if graceful:
-            leave = getattr(self.membership, "leave", None)
-            if callable(leave):
-                try:
-                    leave()
-                except Exception:
-                    log.exception("%s: leaving the membership failed", self.member_id)
-        if thread is not None:
-            thread.join()
-        elif graceful:
-            self._serve()  # never started: hand off from this thread
+        self._loop.wake.set()
+        leave = getattr(self.membership, "leave", None)
+        if graceful and callable(leave):
+            try:
+                leave()
+            except Exception:
+                log.exception("%s: leaving the membership failed", self.member_id)
+        self._loop.finish()
         with self._tick_lock, self._lock:  # no round (not even a manual tick) goes on after this
             self._stopped = True
-            left = sorted(self._held)
-            for h in self._held.values():
-                h.gone = True
-            self._held.clear()
-            writers, self._writers = self._writers, None
-        if writers is not None:
-            writers.shutdown(wait=False)
+            left = self._holder.drop_all()
+            self._pool.shutdown()
         if left:
             (log.warning if graceful else log.info)(
                 "%s stopped with leases left to expire: %s", self.member_id, left
@@ -484,180 +289,93 @@ class LeaseCoordinator:
         also gets ``on_lease_lost`` on the next tick) and :class:`CheckpointRegressionError`
         if ``checkpoint`` is behind the stored one.
         """
-        cp = Checkpoint.of(checkpoint)
-        return self._write_held(key, "checkpoints", lambda lease: self.table.checkpoint(lease, cp))
+        return self._holder.checkpoint(key, Checkpoint.of(checkpoint))
 
     def prepare_checkpoint(self, key: str, checkpoint: Checkpoint | str | object) -> Lease:
         """Record a pending checkpoint on a held lease (two-phase checkpoints); fenced like
         :meth:`checkpoint`, which it also renews. The next :meth:`checkpoint` clears it."""
-        cp = Checkpoint.of(checkpoint)
-        return self._write_held(
-            key, "checkpoints_prepared", lambda lease: self.table.prepare_checkpoint(lease, cp)
-        )
-
-    def _write_held(self, key: str, counter: str, write: Callable[[Lease], Lease]) -> Lease:
-        """One fenced write of the holder to ``key`` (from any thread); it renews the lease."""
-        with self._lock:
-            held = self._held.get(key)
-        if held is None:
-            raise LeaseLostError(f"{self.member_id} does not hold lease {key!r}: stop processing it")
-        with held.lock:
-            if held.gone:
-                raise LeaseLostError(f"{self.member_id} no longer holds lease {key!r}")
-            # Also past ``valid_until`` (a late renewal): the write is fenced by the counter,
-            # so it succeeds only if nobody took the lease meanwhile, and then it renews it.
-            sent = self.clock()
-            try:
-                new = write(held.lease)
-            except LeaseLostError:
-                held.gone = True
-                with self._lock:
-                    if self._held.get(key) is held:
-                        del self._held[key]
-                        self._lost_queue.append(held.lease)
-                raise
-            except CheckpointRegressionError:
-                raise
-            held.lease = new
-            held.sent_at = sent
-            held.valid_until = sent + self.lease_duration - self.tick_interval
-            self._count(counter)
-            return new
+        return self._holder.prepare_checkpoint(key, Checkpoint.of(checkpoint))
 
     def holds(self, key: str) -> bool:
         """True while this member may process ``key`` (held, renewed in time, not handed off)."""
-        with self._lock:
-            held = self._held.get(key)
-        if held is None or held.gone or self.clock() >= held.valid_until:
-            return False
-        return held.handoff is None or not _done(held.handoff.completion)
+        return self._holder.holds(key)
 
     def lease(self, key: str) -> Lease | None:
         """The held lease as last written by this member, or None."""
-        with self._lock:
-            held = self._held.get(key)
-        return None if held is None or held.gone else held.lease
+        return self._holder.lease(key)
 
     def held_keys(self) -> tuple[str, ...]:
         """The keys this member holds, sorted."""
-        with self._lock:
-            return tuple(sorted(k for k, h in self._held.items() if not h.gone))
+        return self._holder.held_keys()
 
     def release(self, key: str) -> bool:
         """Give up a held lease now (e.g. after SHARD_END); False if it was not held."""
-        with self._lock:
-            held = self._held.get(key)
-        if held is None:
-            return False
-        with held.lock:
-            if held.gone:
-                return False
-            try:
-                self.table.release(held.lease)
-                self._count("releases")
-            except LeaseLostError:
-                self._count("leases_lost")
-            held.gone = True
-            with self._lock:
-                if self._held.get(key) is held:
-                    del self._held[key]
-        return True
+        return self._holder.release(key)
 
     def status(self) -> CoordinatorStatus:
         """A consistent snapshot of the coordinator's state."""
         with self._lock:
-            pending = {
-                k: (None if h.handoff.target is _RELEASE else h.handoff.target)
-                for k, h in self._held.items()
-                if h.handoff is not None
-            }
             return CoordinatorStatus(
                 member_id=self.member_id,
-                running=self._thread is not None and self._thread.is_alive(),
-                stopping=self._stop_event.is_set(),
-                held=tuple(sorted(self._held)),
-                pending_handoffs=pending,
-                suspects=tuple(sorted(self._suspects)),
+                running=self._loop.running(),
+                stopping=self._loop.stopped.is_set(),
+                held=tuple(sorted(self._holder.keys())),
+                pending_handoffs=self._holder.pending_handoffs(),
+                suspects=self._obs.suspect_ids,
                 ticks=self._ticks,
                 last_tick_at=self._last_tick_at,
-                counters=dict(self._counters),
+                counters=self._holder.counters(),
                 last_table_read_at=self._last_table_read_at,
-                last_membership_at=self._last_membership_at,
+                last_membership_at=self._members.last_read_at,
                 last_error=self._last_error,
             )
 
     @property
     def counters(self) -> Mapping[str, int]:
         """The event counters (see :data:`COUNTER_NAMES`)."""
-        return dict(self._counters)
+        return self._holder.counters()
+
+    @property
+    def table(self) -> LeaseTable:
+        """The lease table (assignable: the holder writes through the new one)."""
+        return self._holder.table
+
+    @table.setter
+    def table(self, table: LeaseTable) -> None:
+        self._holder.table = table
 
     def __repr__(self) -> str:
         return f"LeaseCoordinator({self.member_id!r}, table={self.table.table_name!r})"
 
-    # --- the tick ------------------------------------------------------------------------
+    # --- rounds --------------------------------------------------------------------------
 
-    def _serve(self) -> None:
-        """The loop: ticks on a fixed schedule, light rounds between them, hand-offs written
-        as soon as their listener is done; after a graceful :meth:`stop`, until every lease
-        is handed off or the deadline passes."""
-        next_tick = time.monotonic()
-        last_round = -math.inf
-        expiry_at = math.inf  # a light round when a lease this member saw is due to expire
-        stop_seen = False
-        while True:
-            now = time.monotonic()
-            if self._stop_event.is_set():
-                if not self._graceful:
-                    return
-                if not stop_seen:  # plan without this member and hand off right away
-                    stop_seen = True
-                    self.refresh()  # also adopts (to hand on) what was handed to this member
-                    self._complete_ready_handoffs()
-                    last_round = now
-                with self._lock:
-                    empty = not self._held
-                if empty or time.monotonic() >= self._deadline:
-                    return
-            if now >= next_tick:
-                self.tick()
-                last_round = now
-                next_tick = max(next_tick + self.tick_interval, time.monotonic())
-            elif now >= min(expiry_at, self._next_scan(last_round, next_tick)):
-                self.refresh()
-                last_round = now
-            if last_round == now and expiry_at <= now:
-                expiry_at = math.inf  # served by this round
-            self._complete_ready_handoffs()
-            now = time.monotonic()
-            expiry_at = min(expiry_at, now + self._next_expiry())  # each moment scheduled once
-            wait = min(next_tick, self._next_scan(last_round, next_tick), expiry_at) - now
-            if self._pending_handoffs():
-                wait = min(wait, _COMPLETION_POLL)
-            if self._stop_event.is_set():
-                wait = min(wait, self._deadline - now)
-                with self._lock:
-                    if not self._held:
-                        continue  # all handed off: end now
-            if wait > 0 and self._wake.wait(wait):
-                self._wake.clear()
-
-    def _round(self, *, full: bool) -> None:
+    @contextlib.contextmanager
+    def _exclusive(self) -> Iterator[bool]:
+        """Hold the round lock as the tick thread (listener callbacks run here); False: stopped."""
         with self._tick_lock:
             if self._stopped:
+                yield False
                 return
             self._ticking = threading.current_thread()
             try:
+                yield True
+            finally:
+                self._ticking = None
+
+    def _round(self, *, full: bool) -> None:
+        with self._exclusive() as running:
+            if not running:
+                return
+            try:
                 self._tick(full=full)
-            except KinesisHashRingError as exc:
-                self._count("lease_loop_errors")
-                self._last_error = f"{type(exc).__name__}: {exc}"
-                log.warning("%s: lease loop round failed: %s", self.member_id, exc)
             except Exception as exc:
                 self._count("lease_loop_errors")
                 self._last_error = f"{type(exc).__name__}: {exc}"
-                log.exception("%s: lease loop round failed", self.member_id)
+                if isinstance(exc, KinesisHashRingError):
+                    log.warning("%s: lease loop round failed: %s", self.member_id, exc)
+                else:
+                    log.exception("%s: lease loop round failed", self.member_id)
             finally:
-                self._ticking = None
                 if full:
                     self._ticks += 1
                     self._count("ticks")
@@ -665,143 +383,56 @@ class LeaseCoordinator:
                 else:
                     self._count("refreshes")
 
-    def _next_scan(self, last_round: float, next_tick: float) -> float:
-        """When the next light round is due: ``scan_interval`` after the last round, unless
-        the next tick comes less than half an interval later (then the tick does it)."""
-        due = last_round + self.scan_interval
-        return next_tick if next_tick - due < self.scan_interval / 2 else due
-
     def _next_expiry(self) -> float:
         """Seconds until the next lease held by someone else expires unless renewed (a
         crashed holder's leases are then taken at that moment, not at the next round)."""
         now = self.clock()
-        with self._lock:
-            due = [
-                seen.since + self.lease_duration
-                for key, seen in self._seen.items()
-                if seen.owner not in (None, self.member_id) and key not in self._held
-            ]
-            future = [t for t in due if t > max(now, self._expiry_served)]
-            if not future:
-                return math.inf
-            self._expiry_served = min(future)  # scheduled now: never again
-        return self._expiry_served - now + _EXPIRY_MARGIN
-
-    def _pending_handoffs(self) -> bool:
-        with self._lock:
-            return any(h.handoff is not None and not h.gone for h in self._held.values())
+        with self._tick_lock:
+            due = self._obs.next_expiry(self._holder.keys(), self.lease_duration, now)
+        return due - now + _EXPIRY_MARGIN
 
     def _complete_ready_handoffs(self) -> None:
         """Write the hand-offs whose listener finished since the last round (last plan's target)."""
-        with self._tick_lock:
-            if self._stopped:
-                return
-            self._ticking = threading.current_thread()
+        with self._exclusive() as running:
             try:
-                with self._lock:
-                    ready = [
-                        (k, h, h.handoff.target)
-                        for k, h in sorted(self._held.items())
-                        if h.handoff is not None and not h.gone and not h.handoff.failed
-                        and _done(h.handoff.completion)
-                        and not (self._stopping and h.handoff.target == self.member_id)
-                    ]
-                self._complete_handoffs(ready)
+                if running:
+                    self._handoffs.complete(self._holder.ready_handoffs())
             except Exception:  # the loop must survive anything (as a round does)
                 self._count("lease_loop_errors")
                 log.exception("%s: completing hand-offs failed", self.member_id)
-            finally:
-                self._ticking = None
 
     def _tick(self, *, full: bool = True) -> None:
         self._fresh.clear()
-        self._notify_lost()
+        for lease in self._holder.take_lost():
+            self._count("leases_lost")
+            self._listener.call("on_lease_lost", lease)
         if full:
-            self._renew_all()
-        if full and self._drive is not None and not self._stopping:
-            try:
-                self._drive.heartbeat()
-            except DuplicateMemberIdError:
-                self._count("membership_errors")
-            except KinesisHashRingError as exc:
-                self._count("membership_errors")
-                log.warning("%s: heartbeat failed: %s", self.member_id, exc)
+            self._holder.renew_all(self._pool, self._lost)
+        if full and not self._holder.stopping:
+            self._members.heartbeat()
         if self.reads == "scoped" and not self._sweep_due():
             self._scoped_round(full=full)
             return
         # scoped reads sweep eventually consistent (every write is conditional on what it read)
         snapshot = self.table.scan(consistent=self.reads == "scan")
         self._last_full = snapshot
-        self._last_sweep_at = self.clock()
+        self._scoped.swept(self.clock())
         self._last_table_read_at = self.clock()
         self._last_error = None
-        if self._drive is not None:
-            self._drive.observe(snapshot)
+        self._members.observe(snapshot)
         now = self.clock()
-        active = self._observe(snapshot, now)
+        active = self._obs.observe(snapshot.leases, now)
         listed = self._read_members()
         if listed is None:
             return
-        keys = self._plannable(snapshot)
-        with self._lock:  # forget missing-row timers of keys no longer planned
-            planned = set(keys)
-            for key in [k for k, s in self._seen.items() if s.counter is None and k not in planned]:
-                del self._seen[key]
-        self._update_suspects(snapshot, active, now)
-        ready = self.member_id in listed and not self._stopping
-        plan = self._plan(self._plan_members(listed, ready), keys, snapshot)
+        keys = self._keys(snapshot)
+        self._obs.keep_missing(set(keys))
+        snap = self._snapshot(now, snapshot.leases, keys)
+        self._obs.suspect(snap, active)
+        ready = self.member_id in listed and not self._holder.stopping
+        plan = self._planner(listed, self._obs.suspicions.suspects, keys, snapshot.leases, ready=ready)
         self.last_plan = plan
-        self._adopt(snapshot)
-        if ready and plan is not None and self._ticks >= self.warmup_ticks:
-            self._take(plan, keys, snapshot, now)
-        self._handoffs(plan, keys, snapshot, now)
-
-    def _read_members(self) -> list[str] | None:
-        """The member list (None, counted and logged, if it cannot be read: this round only
-        renews); a new membership version gives suspects another chance (on probation)."""
-        try:
-            version = self.membership.version
-            listed = list(self.membership.members())
-        except MembershipError as exc:
-            self._count("membership_errors")
-            self._last_error = f"{type(exc).__name__}: {exc}"
-            log.warning("%s: no member list (%s); only renewing this round", self.member_id, exc)
-            return None
-        self._last_membership_at = self.clock()
-        if version != self._membership_version:
-            self._membership_version = version
-            with self._lock:
-                self._probation.update(self._suspects)
-                self._suspects.clear()
-        return listed
-
-    def _plan_members(self, listed: list[str], ready: bool) -> list[str]:
-        """The members to plan for: the listed ones minus suspects (scoped reads keep them: every
-        member must make the same plan, and only a dead member's watcher suspects it; suspects
-        then get no hand-offs); this member only when ready."""
-        scoped = self.reads == "scoped"
-        members = [m for m in listed if (scoped or m not in self._suspects) and (m != self.member_id or ready)]
-        if ready and self.member_id not in members:
-            members.append(self.member_id)
-        return members
-
-    def _sweep_due(self) -> bool:
-        """Scoped reads: sweep (scan) at start, then every ``sweep_interval`` only if this
-        member is one of the two owners of the reserved chore key (rendezvous over the
-        members), so the fleet sweeps twice per interval, not once per member."""
-        now = self.clock()
-        if self._last_full is None:
-            return True
-        if now - self._last_sweep_at < self.sweep_interval:
-            return False
-        try:
-            members = list(self.membership.members())
-        except MembershipError:
-            return False
-        if self._scoped.is_sweeper(members):
-            return True
-        self._last_sweep_at = now  # not a sweeper now: look again in one interval
-        return False
+        self._decide(snap, plan, keys, keys, ready)
 
     def _scoped_round(self, *, full: bool) -> None:
         """A round without a scan: plan from (members, keys) alone, then read only the rows
@@ -812,486 +443,65 @@ class LeaseCoordinator:
         listed = self._read_members()
         if listed is None:
             return
-        keys = self._plannable(self._last_full)
-        ready = self.member_id in listed and not self._stopping
-        plan = self._plan(self._plan_members(listed, ready), keys, self._last_full)
+        keys = self._keys(self._last_full)
+        ready = self.member_id in listed and not self._holder.stopping
+        plan = self._planner(listed, self._obs.suspicions.suspects, keys, self._last_full.leases, ready=ready)
         now = self.clock()
-        if self._scoped.inputs_changed():
-            self._plan_changed_at = now
-            if plan is not None:
-                self._scoped.plan_changed(self.last_plan, plan)
+        self._scoped.new_plan(self.last_plan, plan, now)
         self.last_plan = plan
-        with self._lock:
-            held = set(self._held)
-        wanted: set[str] = set()
-        samples: dict[str, str] = {}  # holder -> the one backup row read to see it is alive
-        if plan is not None:
-            check_backups = now >= self._next_backup_check
-            if check_backups:  # every tick while a new plan settles (hand-offs in flight)
-                settling = now - self._plan_changed_at < 2 * self.lease_duration
-                self._next_backup_check = now + (
-                    min(self.tick_interval, self.backup_check_interval) if settling else self.backup_check_interval
-                )
-            wanted, samples = self._scoped.to_read(plan, held, check_backups=check_backups)
-        if not wanted and full and keys and not held:
-            wanted = {keys[0]}  # one cheap read per tick: proof the table is reachable
+        held = self._holder.keys()
+        wanted, samples = self._scoped.rows_to_read(  # samples: holder -> its one backup row read
+            plan, held, keys, now, full=full, interval=self.backup_check_interval,
+            tick_interval=self.tick_interval, lease_duration=self.lease_duration)
         rows = self.table.get_many(wanted) if wanted else {}
         if rows or held:
             self._last_table_read_at = self.clock()
             self._last_error = None
-        with self._lock:
-            seen = {k: (self._seen[k].counter, self._seen[k].owner, self._seen[k].since)
-                    for k in samples.values() if k in self._seen}
+        seen = {k: (s.counter, s.owner, s.since) for k in samples.values()
+                if (s := self._obs.seen.get(k)) is not None}
         self._scoped.judge(samples, rows, seen, now, self.tick_interval)
-        fresh = TableSnapshot({k: v for k, v in rows.items() if v is not None}, {}, {}, now)
-        active = self._observe(fresh, now, partial=True)
+        found = {k: v for k, v in rows.items() if v is not None}
+        active = self._obs.observe(found, now, partial=True)
         self._scoped.alive(active)
-        self._update_suspects(fresh, active, now)
-        self._adopt(fresh)
+        to_take = sorted(wanted)
+        snap = self._snapshot(now, found, to_take)
+        self._obs.suspect(snap, active)
+        self._decide(snap, plan, keys, to_take, ready)
+
+    def _read_members(self) -> list[str] | None:
+        """The member list; None if unreadable (this round then only renews)."""
+        listed = self._members.read()
+        if listed is None:
+            self._last_error = self._members.error
+        return listed
+
+    def _sweep_due(self) -> bool:
+        """Scoped reads: sweep (scan) at start, then as :meth:`ScopedReads.sweep_due` says."""
+        return self._last_full is None or self._scoped.sweep_due(self.clock(), self.sweep_interval,
+                                                                 self._members.peek)
+
+    def _snapshot(self, now: float, rows: Mapping[str, Lease], to_take: Sequence[str]) -> Snapshot:
+        return Snapshot(now=now, me=self.member_id, timing=self.timing, rows=rows,
+                        seen=self._obs.timers(rows, to_take), held=self._holder.keys(),
+                        suspicions=self._obs.suspicions, max_concurrent_handoffs=self.max_concurrent_handoffs)
+
+    def _decide(self, snap: Snapshot, plan: Assignment | None, keys: list[str], to_take: Sequence[str],
+                ready: bool) -> None:
+        """Adopt, take and hand off as the decisions over ``snap`` (with this round's plan) say."""
+        planned = self._scoped.index(plan).planned if self.reads == "scoped" and plan is not None else frozenset(keys)
+        snap = replace(snap, suspicions=self._obs.suspicions, plan=plan, planned=planned,
+                       held=self._holder.keys(), stopping=self._holder.stopping)
+        last_full = self._last_full.leases if self._last_full is not None else {}
+        self._acquisitions.run(decisions.adoptions(snap), self._fresh, self._obs.seen, last_full)
         if ready and plan is not None and self._ticks >= self.warmup_ticks:
-            self._take(plan, sorted(wanted), fresh, now)
-        self._handoffs(plan, keys, fresh, now)
+            taking = decisions.takes(replace(snap, held=self._holder.keys()), to_take)
+            self._obs.start_timers(taking.timers)
+            self._acquisitions.run(taking.takes, self._fresh, self._obs.seen, last_full)
+        self._handoffs.run(snap, self._fresh)
 
-    def _adopt(self, snapshot: TableSnapshot) -> None:
-        """Adopt every lease handed off to this member (also when not planned or stopping:
-        an adopted lease is handed on or released right away, instead of stalling a key
-        for a lease duration)."""
-        writes = []
-        for key, lease in sorted(snapshot.leases.items()):
-            if lease.owner != self.member_id or lease.handed_off_by is None:
-                continue
-            with self._lock:
-                if key in self._held:
-                    continue
-            writes.append((key, "adopted", functools.partial(self.table.adopt, lease)))
-        self._acquire_all(writes)
-
-    def _notify_lost(self) -> None:
-        with self._lock:
-            lost, self._lost_queue = self._lost_queue, []
-        for lease in lost:
-            self._count("leases_lost")
-            self._call_listener("on_lease_lost", lease)
-
-    def _renew_all(self) -> None:
-        with self._lock:
-            held = sorted(self._held.items())
-        lost = self._parallel([functools.partial(self._renew, key, h) for key, h in held])
-        for (key, h), gone in zip(held, lost, strict=True):
-            if gone is True:
-                self._forget(key, h, notify=True)
-        _raise_first(lost)
-
-    def _renew(self, key: str, h: _Held) -> bool:
-        """Renew one held lease (on a writer thread); True if it was lost."""
-        with h.lock:
-            if h.gone:
-                return False
-            sent = self.clock()
-            if sent - h.sent_at < self.tick_interval / 2:
-                return False  # written moments ago (a checkpoint): that was the renewal
-            desired = None
-            if h.handoff is not None and h.handoff.target is not _RELEASE:
-                desired = h.handoff.target
-            pending: Any = desired if desired != h.lease.pending_handoff else _KEEP
-            try:
-                if pending is _KEEP:
-                    h.lease = self.table.renew(h.lease)
-                else:
-                    h.lease = self.table.renew(h.lease, pending_handoff=pending)
-                h.sent_at = sent
-                h.valid_until = sent + self.lease_duration - self.tick_interval
-                self._count("renewals")
-                return False
-            except LeaseLostError as exc:
-                log.warning("%s: lost lease %s (another member took it): %s", self.member_id, key, exc)
-            except KinesisHashRingError as exc:
-                self._count("renew_failures")
-                log.warning("%s: could not renew %s: %s", self.member_id, key, exc)
-                if self.clock() < h.valid_until:
-                    return False
-                log.error("%s: lease %s not renewed in time; dropping it", self.member_id, key)
-            h.gone = True
-            return True
-
-    def _parallel(self, calls: list[Callable[[], Any]]) -> list[Any]:
-        """Run ``calls`` on the writer threads; their results (or exceptions), in order."""
-        if len(calls) <= 1 or self.write_threads == 1:
-            out: list[Any] = []
-            for call in calls:
-                try:
-                    out.append(call())
-                except Exception as exc:
-                    out.append(exc)
-            return out
-        with self._lock:
-            if self._writers is None:
-                self._writers = concurrent.futures.ThreadPoolExecutor(
-                    self.write_threads, thread_name_prefix=f"lease-writer-{self.member_id}"
-                )
-            writers = self._writers
-        futures = [writers.submit(call) for call in calls]
-        return [f.exception() or f.result() for f in futures]
-
-    def _forget(self, key: str, h: _Held, *, notify: bool) -> None:
-        with self._lock:
-            if self._held.get(key) is h:
-                del self._held[key]
-        if notify:
-            self._count("leases_lost")
-            if h.started and (h.handoff is None or not _done(h.handoff.completion)):
-                self._call_listener("on_lease_lost", h.lease)
-
-    def _observe(self, snapshot: TableSnapshot, now: float, *, partial: bool = False) -> set[str]:
-        """Track when each row's counter last changed; return members seen writing.
-
-        ``partial``: the snapshot holds only some rows (scoped reads); timers of rows it
-        does not hold are kept (an unchanged (owner, counter) pair seen again later means
-        no write happened in between: counters only grow)."""
-        active: set[str] = set()
-        with self._lock:
-            for key, lease in snapshot.leases.items():
-                seen = self._seen.get(key)
-                if seen is None or seen.counter != lease.counter or seen.owner != lease.owner:
-                    self._seen[key] = _Seen(lease.counter, lease.owner, now)
-                    if seen is not None and lease.owner is not None and lease.handed_off_by is None:
-                        active.add(lease.owner)
-            if not partial:
-                for key in [k for k, s in self._seen.items() if k not in snapshot.leases and s.counter is not None]:
-                    del self._seen[key]
-        return active
-
-    def _update_suspects(self, snapshot: TableSnapshot, active: set[str], now: float) -> None:
-        """Suspect members whose leases all expired; give them another chance later.
-
-        A suspect is left out of the plan until a lease row shows it writing, or until
-        ``orphan_timeout * 2**(n-1)`` (n: how often it was suspected in a row, at most 16x)
-        has passed or the membership version changed; then it is on *probation*: it is
-        planned again, but each member hands it at most one lease at a time until it adopts
-        one (proof of life). A dead member
-        that a static membership keeps listing so costs one lease per donor for one lease
-        duration, at exponentially growing intervals.
-        """
-        holders: dict[str, list[str]] = {}
-        for key, lease in snapshot.leases.items():
-            if lease.owner is not None and lease.owner != self.member_id:
-                holders.setdefault(lease.owner, []).append(key)
-        with self._lock:
-            for member in active:
-                if member in self._suspects or member in self._probation:
-                    log.info("%s: %s is alive again", self.member_id, member)
-                self._suspects.pop(member, None)
-                self._probation.discard(member)
-                self._suspicions.pop(member, None)
-            for member, keys in holders.items():
-                if member in active:
-                    continue
-                unadopted = any(
-                    snapshot.leases[k].handed_off_by is not None and now - self._seen[k].since >= self.adopt_timeout
-                    for k in keys
-                )
-                if unadopted or all(now - self._seen[k].since >= self.lease_duration for k in keys):
-                    if member not in self._suspects:
-                        self._suspicions[member] = self._suspicions.get(member, 0) + 1
-                        self._probation.discard(member)
-                        log.info("%s: suspecting %s (all its leases expired)", self.member_id, member)
-                    self._suspects[member] = now
-            for member, since in list(self._suspects.items()):
-                backoff = 2 ** min(self._suspicions.get(member, 1) - 1, 4)
-                if now - since >= self.orphan_timeout * backoff:
-                    del self._suspects[member]
-                    self._probation.add(member)
-
-    def _plannable(self, snapshot: TableSnapshot) -> list[str]:
-        listed = self._resources(snapshot)
-        cached = self._plannable_cache
-        if cached is not None and cached[0] is listed and cached[1] is snapshot:
-            return cached[2]  # the same provider answer for the same snapshot: already checked
-        keys = self._check_keys(listed, snapshot)
-        self._plannable_cache = (listed, snapshot, keys)
-        return keys
-
-    def _check_keys(self, listed: Iterable[str], snapshot: TableSnapshot) -> list[str]:
-        keys: list[str] = []
-        seen: set[str] = set()
-        for key in listed:
-            try:
-                check_lease_key(key)
-            except InvalidLeaseKeyError as exc:
-                self._count("lease_loop_errors")
-                log.error("%s: resource provider returned a bad key: %s", self.member_id, exc)
-                continue
-            if key in seen or key in snapshot.corrupt:
-                continue
-            seen.add(key)
-            keys.append(key)
-        return keys
-
-    def _plan(self, members: list[str], keys: list[str], snapshot: TableSnapshot) -> Assignment | None:
-        if not members:
-            return None
-        current = {k: snapshot.leases[k].owner for k in keys if k in snapshot.leases}
-        weights = None
-        if self.weights is not None:
-            weights = {m: self.weights.get(m, 1.0) for m in members}
-        replicas = min(self.replicas, len(members) - 1)
-        if self.reads == "scoped":  # a function of (members, keys) alone: no full read needed
-            base = stable_assignment(self._scoped.members_tuple(members), self._scoped.keys_tuple(keys),
-                                     weights=weights)
-            return self._scoped.watched(base, replicas)
-        return plan_assignment(members, keys, current_owners=current, weights=weights, replicas=replicas)
-
-    def _take(self, plan: Assignment, keys: list[str], snapshot: TableSnapshot, now: float) -> None:
-        me = self.member_id
-        writes: list[tuple[str, str, Callable[[], Lease | None]]] = []
-        for key in keys:
-            with self._lock:
-                if key in self._held:
-                    continue
-                seen = self._seen.get(key)
-                if seen is None or (key not in snapshot.leases and seen.counter is not None):
-                    seen = self._seen[key] = _Seen(None, None, now)
-            lease = snapshot.leases.get(key)
-            owners = plan.owners[key]
-            unchanged = now - seen.since
-            if lease is not None and lease.owner == me:
-                if lease.handed_off_by is None and unchanged >= self.lease_duration:
-                    # left behind by an earlier run of this member id: take it once expired
-                    writes.append((key, "takeovers", functools.partial(self.table.take, lease, me)))
-                continue
-            free = lease is None or lease.owner is None
-            offer = lease is not None and lease.owner is not None and lease.handed_off_by is not None
-            expired_for = unchanged if free else unchanged - (self.adopt_timeout if offer else self.lease_duration)
-            if expired_for < 0:
-                continue
-            holder = None if lease is None else lease.owner
-            candidates = [o for o in owners if o != holder]
-            if me in candidates:
-                if expired_for < candidates.index(me) * self.backup_grace:
-                    continue
-                kind = "offers_withdrawn" if offer else "acquired" if free else "takeovers"
-            elif unchanged >= self.orphan_timeout:
-                kind = "orphans_taken"
-            else:
-                continue
-            if lease is None:
-                writes.append((
-                    key,
-                    "created" if kind == "acquired" else kind,
-                    functools.partial(
-                        self.table.create_lease_if_absent,
-                        key,
-                        checkpoint=self.initial_checkpoint,
-                        owner=me,
-                    ),
-                ))
-            else:
-                writes.append((key, kind, functools.partial(self.table.take, lease, me)))
-        self._acquire_all(writes)
-
-    def _acquire_all(self, writes: Sequence[tuple[str, str, Callable[[], Lease | None]]]) -> None:
-        """Send the take/create/adopt writes at once; then start the listener on each, in order."""
-        results = self._parallel([functools.partial(self._timed, write) for _, _, write in writes])
-        for (key, kind, _), result in zip(writes, results, strict=True):
-            if isinstance(result, LeaseLostError):
-                result = (None, 0.0)
-            if isinstance(result, BaseException):  # the successful writes are still registered
-                self._count("lease_loop_errors")
-                log.warning("%s: could not take %s: %s", self.member_id, key, result,
-                            exc_info=not isinstance(result, KinesisHashRingError))
-                continue
-            lease, sent = result
-            if lease is None:
-                self._count("take_conflicts")
-                continue
-            self._register(key, kind, lease, sent)
-
-    def _timed(self, write: Callable[[], Lease | None]) -> tuple[Lease | None, float]:
-        sent = self.clock()
-        return write(), sent
-
-    def _register(self, key: str, kind: str, lease: Lease, sent: float) -> None:
-        h = _Held(lease, sent, sent + self.lease_duration - self.tick_interval)
-        with self._lock:
-            self._held[key] = h
-            if self._stopping:  # handed to a leaving member: pass it on, do not process it
-                h.started = False
-            else:
-                self._fresh.add(key)
-        self._count(kind)
-        log.info("%s: %s (counter %d)", self.member_id, self._acquired_how(key, kind), lease.counter)
-        if h.started and not self._call_listener("on_lease_acquired", lease):
-            with h.lock:
-                if not h.gone:
-                    try:
-                        self.table.release(h.lease)
-                        self._count("releases")
-                    except KinesisHashRingError:
-                        pass
-                    h.gone = True
-            self._forget(key, h, notify=False)
-
-    def _acquired_how(self, key: str, kind: str) -> str:
-        """How ``key`` was acquired and from whom, for the log (the row as last read)."""
-        with self._lock:
-            seen = self._seen.get(key)
-        before = seen.owner if seen is not None else None
-        if kind == "adopted":
-            row = self._last_full.leases.get(key) if self._last_full is not None else None
-            sender = row.handed_off_by if row is not None and row.owner == self.member_id else None
-            return f"adopted lease {key} handed off by {sender or 'another member'}"
-        if kind == "takeovers":
-            return f"took over lease {key} from {before}, not renewed for a lease duration"
-        if kind == "orphans_taken":
-            return f"took orphaned lease {key} from {before or 'nobody'}"
-        if kind == "offers_withdrawn":
-            return f"took back lease {key} offered to {before}, not adopted within adopt_timeout"
-        return f"acquired {'new' if kind == 'created' else 'free'} lease {key}"
-
-    def _handoffs(
-        self, plan: Assignment | None, keys: list[str], snapshot: TableSnapshot, now: float
-    ) -> None:
-        plannable = self._scoped.index(plan).planned if self.reads == "scoped" and plan is not None else set(keys)
-        owners = {lease.owner for lease in snapshot.leases.values()}
-        # never hand a lease to a member that lets one of its leases expire
-        unhealthy = {
-            lease.owner
-            for key, lease in snapshot.leases.items()
-            if lease.owner is not None
-            and now - self._seen[key].since
-            >= (self.adopt_timeout if lease.handed_off_by is not None else self.lease_duration)
-        }
-        with self._lock:
-            held = sorted(self._held.items())
-        in_flight = sum(1 for _, h in held if h.handoff is not None and h.handoff.counted)
-        ready: list[tuple[str, _Held, Any]] = []
-        probing = {h.handoff.target for _, h in held if h.handoff is not None}
-        for key, h in held:
-            if h.gone or key in self._fresh:
-                continue  # taken this tick under an older plan: judged on the next tick
-            target: Any
-            if key not in plannable:
-                target = _RELEASE
-            elif plan is None:
-                target = self.member_id if not self._stopping else _RELEASE
-            else:
-                target = plan.owner(key)
-            if h.handoff is None:
-                if target == self.member_id:
-                    continue
-                if target is not _RELEASE and not self._stopping:
-                    if in_flight >= self.max_concurrent_handoffs:
-                        continue
-                    if target in unhealthy or target in self._suspects:
-                        continue
-                    if target in self._probation and (target in probing or target in owners):
-                        continue  # one probe at a time until it shows it is alive
-                    in_flight += 1
-                    probing.add(target)
-                    counted = True
-                else:
-                    counted = False
-                completion = self._request_handoff(h.lease) if h.started else None
-                with self._lock:
-                    h.handoff = _Handoff(completion, now, target, counted=counted)
-                if isinstance(completion, concurrent.futures.Future):
-                    completion.add_done_callback(lambda _: self._wake.set())
-                self._wake.set()  # the loop looks at pending completions often from now on
-                self._count("handoffs_requested")
-            handoff = h.handoff
-            assert handoff is not None
-            handoff.target = target
-            handoff.failed = False
-            if not _done(handoff.completion):
-                if not handoff.warned and now - handoff.requested_at >= self.handoff_timeout:
-                    handoff.warned = True
-                    self._count("handoff_timeouts")
-                    log.warning(
-                        "%s: listener has not finished hand-off of %s after %.1f s; still renewing",
-                        self.member_id, key, now - handoff.requested_at,
-                    )
-                continue
-            ready.append((key, h, target))
-            if handoff.counted:
-                in_flight -= 1  # the limit is on hand-offs in progress, not per tick
-        self._complete_handoffs(ready)
-
-    def _request_handoff(self, lease: Lease) -> Completion:
-        try:
-            return self.listener.on_handoff_requested(lease)
-        except Exception:
-            self._count("listener_errors")
-            log.exception("%s: on_handoff_requested(%s) failed", self.member_id, lease.key)
-            return None
-
-    def _complete_handoffs(self, ready: list[tuple[str, _Held, Any]]) -> None:
-        """Finish hand-offs whose listener is done: resume (plan changed back), or write the
-        hand-off / release of each, all at once."""
-        writes: list[tuple[str, _Held, Any]] = []
-        for key, h, target in ready:
-            if target == self.member_id:  # the plan changed back: resume processing
-                with self._lock:
-                    h.handoff = None
-                self._count("handoffs_resumed")
-                if self._call_listener("on_lease_acquired", h.lease):
-                    continue
-                target = _RELEASE
-            writes.append((key, h, target))
-        done = self._parallel([functools.partial(self._handoff_write, *w) for w in writes])
-        for (key, h, _), gone in zip(writes, done, strict=True):
-            if gone is True:
-                self._forget(key, h, notify=False)
-        _raise_first(done)
-
-    def _handoff_write(self, key: str, h: _Held, target: Any) -> bool:
-        """Hand the lease to ``target`` (or release it); True once it is no longer held."""
-        with h.lock:
-            if h.gone:
-                return False
-            try:
-                if target is _RELEASE:
-                    self.table.release(h.lease)
-                    self._count("releases")
-                else:
-                    self.table.handoff(h.lease, target)
-                    self._count("handoffs")
-                    log.info("%s: handed %s off to %s", self.member_id, key, target)
-            except LeaseLostError:
-                self._count("leases_lost")
-            except Exception as exc:  # throttling, outage, credentials...: the next round retries
-                if h.handoff is not None:
-                    h.handoff.failed = True
-                self._count("lease_loop_errors")
-                log.warning("%s: hand-off of %s failed (retried next round): %s", self.member_id, key, exc)
-                return False
-            h.gone = True
-            return True
-
-    def _count(self, name: str) -> None:
-        with self._lock:
-            self._counters[name] += 1
-
-    def _call_listener(self, method: str, lease: Lease) -> bool:
-        try:
-            getattr(self.listener, method)(lease)
-            return True
-        except Exception:
-            self._count("listener_errors")
-            log.exception("%s: listener.%s(%s) failed", self.member_id, method, lease.key)
-            return False
-
-
-_KEEP = object()
-
-
-def _raise_first(results: list[Any]) -> None:
-    """Re-raise the first unexpected exception a writer thread returned."""
-    for r in results:
-        if isinstance(r, BaseException):
-            raise r
-_COMPLETION_POLL = 0.05  # seconds between looks at pending hand-off completions (local state)
-_EXPIRY_MARGIN = 0.005  # run the expiry round just after the expiry, not just before it
-
-
-def _seconds_or(name: str, value: float | None, default: float) -> float:
-    return default if value is None else seconds(name, value)
+    def _lost(self, key: str, h: Held) -> None:
+        """Forget a lease found lost; tell the listener unless it already stopped (hand-off done)."""
+        self._holder.forget(key, h)
+        self._count("leases_lost")
+        if h.started and (h.handoff is None or not completion_done(h.handoff.completion)):
+            self._listener.call("on_lease_lost", h.lease)

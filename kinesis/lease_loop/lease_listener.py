@@ -12,12 +12,15 @@
 from __future__ import annotations
 
 import concurrent.futures
+import logging
 import threading
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
 from kinesis.lease_loop.lease_model import Lease, TableSnapshot
+
+log = logging.getLogger("kinesis.lease_loop.coordinator")  # the lease loop logs as the coordinator
 
 Completion = threading.Event | concurrent.futures.Future[Any] | None
 """What ``on_handoff_requested`` returns: done when the listener has stopped processing."""
@@ -55,6 +58,34 @@ class NullListener:
     def on_handoff_requested(self, lease: Lease) -> Completion:
         return None
 
+
+class GuardedListener:
+    """Calls a listener for one member: an exception is logged and counted, never raised
+    into the lease loop."""
+
+    def __init__(self, listener: LeaseListener, member_id: str, count: Callable[[str], None]):
+        self.listener = listener
+        self._me = member_id
+        self._count = count
+
+    def call(self, method: str, lease: Lease) -> bool:
+        """``listener.<method>(lease)``; False if it raised."""
+        try:
+            getattr(self.listener, method)(lease)
+            return True
+        except Exception:
+            self._count("listener_errors")
+            log.exception("%s: listener.%s(%s) failed", self._me, method, lease.key)
+            return False
+
+    def request_handoff(self, lease: Lease) -> Completion:
+        """``listener.on_handoff_requested(lease)``; None ("done") if it raised."""
+        try:
+            return self.listener.on_handoff_requested(lease)
+        except Exception:
+            self._count("listener_errors")
+            log.exception("%s: on_handoff_requested(%s) failed", self._me, lease.key)
+            return None
 
 
 def completion_done(completion: Completion) -> bool:

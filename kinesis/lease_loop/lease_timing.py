@@ -16,6 +16,17 @@ arguments), so each rule is written and checked once. All values are seconds.
 
 A holder treats its lease as valid until ``lease_duration - tick_interval`` after it sent its
 last successful write (:attr:`validity`), so it stops before any observer can see it expire.
+
+* ``lease_duration`` is judged on each observer's own monotonic clock: a lease is expired
+  when its counter has not changed for this long since the observer first saw that value.
+* ``tick_interval`` is at most half of ``lease_duration``. Each light round (``scan_interval``)
+  costs one scan request; ``scan_interval = tick_interval`` turns them off.
+* ``handoff_timeout`` only logs and counts a slow listener: the lease is still renewed.
+* ``adopt_timeout``: a lease handed to a member that has not adopted it after this long (on
+  the observer's clock) is taken back by the plan's next owner, and that member is
+  suspected (a live member adopts within a light round). Safe at any time: a handed-off
+  lease is processed only after the target's adopt write, and the take is conditional on
+  the counter it saw.
 """
 
 from __future__ import annotations

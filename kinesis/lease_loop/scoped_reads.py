@@ -1,5 +1,16 @@
 """What a member reads in a ``reads="scoped"`` round: decisions only, no I/O.
 
+With scoped reads there is no scan in steady state. The plan is
+:func:`hashring.stable_assignment` of (members, keys) alone, with each member's keys backed
+up by its successors in the sorted member list (:func:`hashring.watched_by_successors`).
+Rows are read with BatchGetItem, eventually consistent (every write is conditional on what
+it read, so a stale row costs time, never safety). A full scan (eventually consistent)
+runs at start, and every ``sweep_interval`` on the two owners of a reserved chore key
+(rendezvous over the members; they also take orphans). Suspects stay in the plan (every
+member makes the same plan) but get no hand-offs; a dead member's keys stay with its
+watcher until the member list drops it. The membership must not be fed by the scan
+(Kubernetes, static); the resource provider sees the last full scan.
+
 :class:`ScopedReads` turns a plan (``hashring.stable_assignment``) and what the member holds
 into the set of lease rows to read this round, and judges the sample rows it reads:
 
@@ -11,12 +22,15 @@ into the set of lease rows to read this round, and judges the sample rows it rea
   from then on all its rows backed up here are read every round, so their expiry is timed;
   any change seen in one of its rows ends that.
 
-The coordinator does the reading (``LeaseTable.get_many``) and acts on the rows.
+It also keeps the mode's timing: when backups are checked (every tick while a new plan
+settles) and when this member sweeps (scans) the table. The coordinator does the reading
+(``LeaseTable.get_many``) and acts on the rows.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+import math
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 
 from hashring import Assignment, owners_of, watched_by_successors
@@ -48,6 +62,9 @@ class ScopedReads:
         self._keys: tuple[list[str], tuple[str, ...]] | None = None
         self._watched: tuple[Assignment, int, Assignment] | None = None
         self._last_inputs: tuple[tuple[str, ...], tuple[str, ...]] | None = None
+        self._plan_changed_at = -math.inf
+        self._next_backup_check = -math.inf
+        self._last_sweep_at = -math.inf
 
     def watched(self, base: Assignment, replicas: int) -> Assignment:
         """``base`` with successor backups (:func:`hashring.watched_by_successors`): this
@@ -85,6 +102,23 @@ class ScopedReads:
             elif check_backups:
                 samples[holder] = backed[0]
         wanted.update(k for k in samples.values() if k not in held)
+        return wanted, samples
+
+    def rows_to_read(self, plan: Assignment | None, held: Iterable[str], keys: list[str], now: float, *,
+                     full: bool, interval: float, tick_interval: float, lease_duration: float
+                     ) -> tuple[set[str], dict[str, str]]:
+        """This round's (rows to read, holder -> its sample row): :meth:`to_read`, sampling
+        the watched members when :meth:`backups_due`; on a tick with nothing to read and
+        nothing held, the first key (one cheap read: proof the table is reachable)."""
+        held = set(held)
+        wanted: set[str] = set()
+        samples: dict[str, str] = {}
+        if plan is not None:
+            due = self.backups_due(now, interval=interval, tick_interval=tick_interval,
+                                   lease_duration=lease_duration)
+            wanted, samples = self.to_read(plan, held, check_backups=due)
+        if not wanted and full and keys and not held:
+            wanted = {keys[0]}
         return wanted, samples
 
     def judge(
@@ -127,6 +161,41 @@ class ScopedReads:
         offers made to it for longer than ``adopt_timeout`` plus a round."""
         joined = set(new.members) - set(old.members if old is not None else new.members)
         self.stalled.update(h for h in self.index(new).backed_up if h in joined)
+
+    def new_plan(self, old: Assignment | None, plan: Assignment | None, now: float) -> None:
+        """This round's plan (after :meth:`members_tuple` and :meth:`keys_tuple`): if its
+        inputs changed, the plan settles from ``now`` and newcomers are read in full."""
+        if self.inputs_changed():
+            self._plan_changed_at = now
+            if plan is not None:
+                self.plan_changed(old, plan)
+
+    def backups_due(self, now: float, *, interval: float, tick_interval: float, lease_duration: float) -> bool:
+        """Whether this round samples the watched members: every ``interval``, every tick while
+        a new plan settles (for two lease durations: hand-offs in flight)."""
+        if now < self._next_backup_check:
+            return False
+        settling = now - self._plan_changed_at < 2 * lease_duration
+        self._next_backup_check = now + (min(tick_interval, interval) if settling else interval)
+        return True
+
+    def swept(self, now: float) -> None:
+        """A full scan finished at ``now``."""
+        self._last_sweep_at = now
+
+    def sweep_due(self, now: float, interval: float, members: Callable[[], list[str] | None]) -> bool:
+        """Sweep every ``interval``, only if this member is one of the two sweepers among
+        ``members()`` (so the fleet sweeps twice per interval, not once per member); None
+        from ``members`` (unreadable): not now."""
+        if now - self._last_sweep_at < interval:
+            return False
+        listed = members()
+        if listed is None:
+            return False
+        if self.is_sweeper(listed):
+            return True
+        self._last_sweep_at = now  # not a sweeper now: look again in one interval
+        return False
 
     def alive(self, members: Iterable[str]) -> None:
         """Members seen writing are not stalled."""

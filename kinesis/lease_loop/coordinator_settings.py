@@ -1,0 +1,143 @@
+"""``CoordinatorSettings``: a coordinator's arguments, checked once, defaults filled in.
+
+The durations are checked by :class:`~kinesis.lease_loop.lease_timing.LeaseTiming` (built
+here from the keyword arguments unless one is given); everything else a
+:class:`~kinesis.lease_loop.coordinator.LeaseCoordinator` takes is checked here, in the
+order of its arguments, each error a :class:`~kinesis.errors.ConfigurationError` naming it.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from hashring import Membership
+from hashring.validation import check_replicas
+from kinesis.errors import ConfigurationError
+from kinesis.lease_loop.lease_listener import LeaseListener, NullListener, ResourceProvider
+from kinesis.lease_loop.lease_model import Checkpoint
+from kinesis.lease_loop.lease_timing import LeaseTiming, seconds
+from kinesis.lease_loop.leases import LeaseTable
+from kinesis.lease_loop.membership import DynamoDBMembership
+from kinesis.lease_loop.resource_keys import provider_of
+
+_DURATIONS = ("tick_interval", "scan_interval", "backup_grace", "orphan_timeout", "handoff_timeout",
+              "adopt_timeout")
+
+
+@dataclass(frozen=True)
+class CoordinatorSettings:
+    """What a coordinator runs with (see :class:`~kinesis.lease_loop.coordinator.LeaseCoordinator`)."""
+
+    timing: LeaseTiming
+    replicas: int
+    write_threads: int
+    max_concurrent_handoffs: int
+    reads: str
+    sweep_interval: float
+    backup_check_interval: float
+    weights: dict[str, float] | None
+    listener: LeaseListener
+    resources: ResourceProvider
+    initial_checkpoint: Checkpoint
+    drive: DynamoDBMembership | None
+    """The membership to heartbeat and feed the scan, if the coordinator drives one."""
+    warmup_ticks: int
+
+    @classmethod
+    def of(
+        cls,
+        table: LeaseTable,
+        membership: Membership,
+        resources: ResourceProvider | Iterable[str],
+        listener: LeaseListener | None,
+        *,
+        lease_duration: float | None,
+        max_concurrent_handoffs: int,
+        replicas: int,
+        weights: Mapping[str, float] | None,
+        initial_checkpoint: Checkpoint | str,
+        drive_membership: bool,
+        warmup_ticks: int | None,
+        write_threads: int,
+        timing: LeaseTiming | None,
+        reads: str,
+        sweep_interval: float | None,
+        backup_check_interval: float | None,
+        **durations: float | None,
+    ) -> CoordinatorSettings:
+        """Check the coordinator's arguments; ``durations``: tick_interval, scan_interval,
+        backup_grace, orphan_timeout, handoff_timeout, adopt_timeout."""
+        assert set(durations) == set(_DURATIONS), sorted(durations)
+        if not isinstance(table, LeaseTable):
+            raise ConfigurationError(f"table must be a LeaseTable, got {type(table).__name__}")
+        if not isinstance(membership, Membership):
+            raise ConfigurationError(
+                f"membership must implement hashring.Membership (members(), self_id, version), "
+                f"got {type(membership).__name__}"
+            )
+        _check_count("write_threads", write_threads)
+        _check_count("max_concurrent_handoffs", max_concurrent_handoffs)
+        replicas = check_replicas(replicas)
+        if timing is None:
+            timing = LeaseTiming.of(10.0 if lease_duration is None else lease_duration,
+                                    replicas=replicas, **durations)
+        elif not isinstance(timing, LeaseTiming):
+            raise ConfigurationError(f"timing must be a LeaseTiming, got {type(timing).__name__}")
+        elif any(v is not None for v in durations.values()) or lease_duration is not None:
+            raise ConfigurationError(
+                "pass either timing= or the durations (lease_duration, tick_interval, ...), not both"
+            )
+        if reads not in ("scan", "scoped"):
+            raise ConfigurationError(f"reads must be 'scan' or 'scoped', got {reads!r}")
+        sweep = _seconds_or("sweep_interval", sweep_interval, 30 * timing.lease_duration)
+        backup_check = _seconds_or("backup_check_interval", backup_check_interval, timing.lease_duration / 2)
+        if weights is not None:
+            if not isinstance(weights, Mapping):
+                raise ConfigurationError(f"weights must be a mapping of member -> weight, got {weights!r}")
+            for member, w in weights.items():
+                if isinstance(w, bool) or not isinstance(w, int | float) or not math.isfinite(w) or w <= 0:
+                    raise ConfigurationError(f"weight of {member!r} must be a finite number > 0, got {w!r}")
+        if listener is None:
+            listener = NullListener()
+        if not isinstance(listener, LeaseListener):
+            raise ConfigurationError(
+                "listener must have on_lease_acquired, on_lease_lost and on_handoff_requested"
+            )
+        provider = provider_of(resources)
+        checkpoint = Checkpoint.of(initial_checkpoint)
+        same_table = isinstance(membership, DynamoDBMembership) and membership.table.table_name == table.table_name
+        drive = membership if drive_membership and same_table and isinstance(membership, DynamoDBMembership) else None
+        if drive is not None and drive.member_timeout < 2 * timing.tick_interval:
+            raise ConfigurationError(
+                f"member_timeout ({drive.member_timeout:g} s) must be >= 2 ticks "
+                f"({2 * timing.tick_interval:g} s): the coordinator heartbeats once per tick"
+            )
+        if reads == "scoped" and same_table:
+            raise ConfigurationError(
+                "reads='scoped' needs a membership that is not read from the lease table's scan "
+                "(KubernetesMembership or StaticMembership): a DynamoDBMembership in the lease "
+                "table is fed by the scan this mode avoids"
+            )
+        if warmup_ticks is None:
+            warmup_ticks = 1 if drive is not None else 0
+        if isinstance(warmup_ticks, bool) or not isinstance(warmup_ticks, int) or warmup_ticks < 0:
+            raise ConfigurationError(f"warmup_ticks must be an int >= 0, got {warmup_ticks!r}")
+        return cls(
+            timing=timing, replicas=replicas, write_threads=write_threads,
+            max_concurrent_handoffs=max_concurrent_handoffs, reads=reads, sweep_interval=sweep,
+            backup_check_interval=backup_check, weights=dict(weights) if weights is not None else None,
+            listener=listener, resources=provider, initial_checkpoint=checkpoint,
+            drive=drive, warmup_ticks=warmup_ticks,
+        )
+
+
+def _check_count(name: str, value: Any) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ConfigurationError(f"{name} must be an int >= 1, got {value!r}")
+
+
+def _seconds_or(name: str, value: float | None, default: float) -> float:
+    return default if value is None else seconds(name, value)

@@ -1,0 +1,334 @@
+"""The lease loop's decisions: pure functions of one round's :class:`Snapshot`.
+
+No I/O, no clock reads, no threads: the coordinator reads the table, builds a snapshot, calls
+these, and sends the writes they name. Every duration is judged on the observer's clock
+(``Snapshot.now``) against :class:`Seen` timers: when this member first saw a row's
+(counter, owner) pair. A row is *unchanged* for ``now - seen.since``.
+
+**Taking** (:func:`takes`). A lease is expired once unchanged for ``lease_duration``; a free
+lease (or a missing row) counts as expired from the moment it is first seen free; an offer
+(a lease handed off to a member) once unchanged for ``adopt_timeout``. The takeover order
+of an expired lease is the plan's owners without its holder, in order: the i-th may take
+it once it has been expired for ``i * backup_grace`` (the planned primary at once, its first
+backup one grace later). Any member may take a lease (or create a missing row) unchanged
+for ``orphan_timeout``: disagreeing views stall a key for a bounded time only. A lease this
+member owns but does not hold (an earlier run of the same id) is taken back once expired.
+
+**Suspecting** (:func:`suspect`). A member whose leases all look expired (or that leaves a
+hand-off unadopted for ``adopt_timeout``) is *suspected* until a row shows it writing.
+After ``orphan_timeout * 2**(n-1)`` (n: times suspected in a row, at most 16x), or a new
+membership version (:meth:`Suspicions.forgiven`), it is on *probation*: planned again, but
+handed at most one lease at a time until it adopts one.
+
+**Handing off** (:func:`handoff_target`, :func:`start_handoff`). A held lease goes to its
+planned owner, or is released when its key is no longer planned. A graceful hand-off to
+another member starts only while fewer than ``max_concurrent_handoffs`` are in flight, never
+to a suspect or to a member that lets one of its leases expire, and to a member on
+probation only when it holds nothing and nothing else is on its way to it. Releases (and
+everything while stopping) are not limited.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Set as AbstractSet
+from dataclasses import dataclass, field, replace
+
+from hashring import Assignment
+from kinesis.lease_loop.lease_model import Lease
+from kinesis.lease_loop.lease_timing import LeaseTiming
+
+
+@dataclass(frozen=True)
+class Seen:
+    """When this member first saw a row's (counter, owner) pair."""
+
+    counter: int | None  # None: no row yet
+    owner: str | None
+    since: float
+
+
+@dataclass(frozen=True)
+class Suspicions:
+    """Whom this member suspects (see the module docs)."""
+
+    suspects: Mapping[str, float] = field(default_factory=dict)
+    """Member -> the last evidence of its death (all its leases expired)."""
+    counts: Mapping[str, int] = field(default_factory=dict)
+    """Member -> times suspected in a row."""
+    probation: frozenset[str] = frozenset()
+    """Ex-suspects: one hand-off at a time until seen writing."""
+
+    def forgiven(self) -> Suspicions:
+        """A new membership version: every suspect is on probation."""
+        return Suspicions({}, self.counts, self.probation | set(self.suspects))
+
+
+@dataclass(frozen=True)
+class Offer:
+    """A graceful hand-off in progress of a held lease."""
+
+    target: str | None
+    """The member it goes to; None: it is released."""
+    counted: bool
+    """Counts against ``max_concurrent_handoffs``."""
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """What one round decides on. The plan carries the members it was made for."""
+
+    now: float
+    me: str
+    timing: LeaseTiming
+    rows: Mapping[str, Lease] = field(default_factory=dict)
+    """The lease rows read this round (all of them, or the scoped few)."""
+    seen: Mapping[str, Seen] = field(default_factory=dict)
+    """Timers of the rows read (after :func:`observe`) and of the keys to take."""
+    held: AbstractSet[str] = frozenset()
+    suspicions: Suspicions = Suspicions()
+    plan: Assignment | None = None
+    planned: AbstractSet[str] = frozenset()
+    """The keys that may be planned now (others held are released)."""
+    offers: Mapping[str, Offer] = field(default_factory=dict)
+    """Held key -> its hand-off in progress."""
+    stopping: bool = False
+    max_concurrent_handoffs: int = 2
+
+
+@dataclass(frozen=True)
+class Observation:
+    """What a read changed: new timers, timers of rows gone, members seen writing."""
+
+    changed: Mapping[str, Seen]
+    gone: tuple[str, ...]
+    active: frozenset[str]
+
+
+def observe(rows: Mapping[str, Lease], seen: Mapping[str, Seen], now: float, *,
+            partial: bool = False) -> Observation:
+    """Restart the timer of each row whose (counter, owner) changed; a holder whose row
+    changed (not by a hand-off) is *active*. ``partial``: ``rows`` are some rows only (scoped
+    reads): timers of the others are kept (counters only grow, so an unchanged pair seen
+    again later means no write happened in between)."""
+    changed: dict[str, Seen] = {}
+    active: set[str] = set()
+    for key, lease in rows.items():
+        old = seen.get(key)
+        if old is None or old.counter != lease.counter or old.owner != lease.owner:
+            changed[key] = Seen(lease.counter, lease.owner, now)
+            if old is not None and lease.owner is not None and lease.handed_off_by is None:
+                active.add(lease.owner)
+    gone = () if partial else tuple(k for k, s in seen.items() if k not in rows and s.counter is not None)
+    return Observation(changed, gone, frozenset(active))
+
+
+@dataclass(frozen=True)
+class Suspicion:
+    """The result of :func:`suspect`: the new state, and who changed (for the log)."""
+
+    suspicions: Suspicions
+    revived: tuple[str, ...]
+    suspected: tuple[str, ...]
+
+
+def suspect(snap: Snapshot, active: Iterable[str]) -> Suspicion:
+    """Suspect the holders whose leases all expired; clear the ``active`` ones; put suspects
+    whose back-off ran out on probation."""
+    me, now, timing = snap.me, snap.now, snap.timing
+    holders: dict[str, list[str]] = {}
+    for key, lease in snap.rows.items():
+        if lease.owner is not None and lease.owner != me:
+            holders.setdefault(lease.owner, []).append(key)
+    suspects = dict(snap.suspicions.suspects)
+    counts = dict(snap.suspicions.counts)
+    probation = set(snap.suspicions.probation)
+    active = set(active)
+    revived: list[str] = []
+    for member in active:
+        if member in suspects or member in probation:
+            revived.append(member)
+        suspects.pop(member, None)
+        probation.discard(member)
+        counts.pop(member, None)
+    suspected: list[str] = []
+    for member, keys in holders.items():
+        if member in active:
+            continue
+        unadopted = any(
+            snap.rows[k].handed_off_by is not None and now - snap.seen[k].since >= timing.adopt_timeout
+            for k in keys
+        )
+        if unadopted or all(now - snap.seen[k].since >= timing.lease_duration for k in keys):
+            if member not in suspects:
+                counts[member] = counts.get(member, 0) + 1
+                probation.discard(member)
+                suspected.append(member)
+            suspects[member] = now
+    for member, since in list(suspects.items()):
+        backoff = 2 ** min(counts.get(member, 1) - 1, 4)
+        if now - since >= timing.orphan_timeout * backoff:
+            del suspects[member]
+            probation.add(member)
+    return Suspicion(Suspicions(suspects, counts, frozenset(probation)), tuple(revived), tuple(suspected))
+
+
+def plan_members(listed: Sequence[str], me: str, suspects: Mapping[str, float], *, ready: bool,
+                 keep_suspects: bool) -> list[str]:
+    """The members to plan for: the listed ones minus suspects (unless ``keep_suspects``:
+    scoped reads, where every member must make the same plan); ``me`` only when ready."""
+    members = [m for m in listed if (keep_suspects or m not in suspects) and (m != me or ready)]
+    if ready and me not in members:
+        members.append(me)
+    return members
+
+
+@dataclass(frozen=True)
+class Take:
+    """Take (with no row: create; kind "adopted": adopt) the lease of ``key``; ``kind`` is the
+    counter it counts as: adopted, created, acquired, takeovers, orphans_taken or
+    offers_withdrawn."""
+
+    key: str
+    kind: str
+    lease: Lease | None
+
+
+def adoptions(snap: Snapshot) -> list[Take]:
+    """Adopt each lease handed off to this member and not held yet, by key (also when not
+    planned or stopping: it is handed on or released at once instead of stalling the key)."""
+    return [
+        Take(key, "adopted", lease) for key, lease in sorted(snap.rows.items())
+        if lease.owner == snap.me and lease.handed_off_by is not None and key not in snap.held
+    ]
+
+
+@dataclass(frozen=True)
+class Takes:
+    """The result of :func:`takes`."""
+
+    timers: Mapping[str, Seen]
+    """Timers started this round (keys without a row: free from now on)."""
+    takes: tuple[Take, ...]
+
+
+def takes(snap: Snapshot, keys: Iterable[str]) -> Takes:
+    """Which of ``keys`` (all planned) this member takes now (see the module docs)."""
+    plan = snap.plan
+    if plan is None:
+        return Takes({}, ())
+    me, now, timing = snap.me, snap.now, snap.timing
+    timers: dict[str, Seen] = {}
+    out: list[Take] = []
+    for key in keys:
+        if key in snap.held:
+            continue
+        seen = snap.seen.get(key)
+        if seen is None or (key not in snap.rows and seen.counter is not None):
+            seen = timers[key] = Seen(None, None, now)
+        lease = snap.rows.get(key)
+        owners = plan.owners[key]
+        unchanged = now - seen.since
+        if lease is not None and lease.owner == me:
+            if lease.handed_off_by is None and unchanged >= timing.lease_duration:
+                out.append(Take(key, "takeovers", lease))  # left behind by an earlier run of this id
+            continue
+        free = lease is None or lease.owner is None
+        offer = lease is not None and lease.owner is not None and lease.handed_off_by is not None
+        expiry = timing.adopt_timeout if offer else timing.lease_duration
+        expired_for = unchanged if free else unchanged - expiry
+        if expired_for < 0:
+            continue
+        holder = None if lease is None else lease.owner
+        candidates = [o for o in owners if o != holder]
+        if me in candidates:
+            if expired_for < candidates.index(me) * timing.backup_grace:
+                continue
+            kind = "offers_withdrawn" if offer else "acquired" if free else "takeovers"
+        elif unchanged >= timing.orphan_timeout:
+            kind = "orphans_taken"
+        else:
+            continue
+        out.append(Take(key, "created" if lease is None and kind == "acquired" else kind, lease))
+    return Takes(timers, tuple(out))
+
+
+def handoff_target(snap: Snapshot, key: str) -> str | None:
+    """Where the held lease of ``key`` belongs: its planned owner (``me``: keep it), or None:
+    release it (not planned any more, or stopping without a plan)."""
+    if key not in snap.planned:
+        return None
+    if snap.plan is None:
+        return None if snap.stopping else snap.me
+    return snap.plan.owner(key)
+
+
+@dataclass(frozen=True)
+class HandoffBudget:
+    """What limits new hand-offs during one round."""
+
+    in_flight: int
+    """Counted hand-offs in progress."""
+    probing: frozenset[str | None]
+    """Targets of hand-offs in progress."""
+    unhealthy: frozenset[str]
+    """Members letting one of their leases (or an offer to them) expire."""
+    holders: frozenset[str | None]
+    """Owners of the rows read."""
+
+    def finished(self, counted: bool) -> HandoffBudget:
+        """One hand-off done: the limit is on hand-offs in progress, not per round."""
+        return replace(self, in_flight=self.in_flight - 1) if counted else self
+
+
+def handoff_budget(snap: Snapshot) -> HandoffBudget:
+    """The budget at the start of a round's hand-offs."""
+    now, timing = snap.now, snap.timing
+    unhealthy = frozenset(
+        lease.owner
+        for key, lease in snap.rows.items()
+        if lease.owner is not None
+        and now - snap.seen[key].since
+        >= (timing.adopt_timeout if lease.handed_off_by is not None else timing.lease_duration)
+    )
+    return HandoffBudget(
+        in_flight=sum(1 for o in snap.offers.values() if o.counted),
+        probing=frozenset(o.target for o in snap.offers.values()),
+        unhealthy=unhealthy,
+        holders=frozenset(lease.owner for lease in snap.rows.values()),
+    )
+
+
+def start_handoff(snap: Snapshot, budget: HandoffBudget, target: str | None
+                  ) -> tuple[bool, HandoffBudget] | None:
+    """Whether to start handing a held lease (none in progress) to ``target`` now: None (keep
+    it, for now or for good), else (counted against ``max_concurrent_handoffs``, the budget
+    after it)."""
+    if target == snap.me:
+        return None
+    if target is None or snap.stopping:
+        return False, budget
+    if budget.in_flight >= snap.max_concurrent_handoffs:
+        return None
+    if target in budget.unhealthy or target in snap.suspicions.suspects:
+        return None
+    if target in snap.suspicions.probation and (target in budget.probing or target in budget.holders):
+        return None  # one probe at a time until it shows it is alive
+    return True, replace(budget, in_flight=budget.in_flight + 1, probing=budget.probing | {target})
+
+
+def handoff_overdue(snap: Snapshot, requested_at: float) -> bool:
+    """The listener has taken longer than ``handoff_timeout`` (logged; still renewed)."""
+    return snap.now - requested_at >= snap.timing.handoff_timeout
+
+
+def next_expiry(seen: Mapping[str, Seen], held: AbstractSet[str], me: str, lease_duration: float,
+                after: float) -> float:
+    """The first moment after ``after`` when a lease held by someone else expires unless
+    renewed (math.inf: none)."""
+    due = [
+        s.since + lease_duration for key, s in seen.items()
+        if s.owner not in (None, me) and key not in held
+    ]
+    return min((t for t in due if t > after), default=math.inf)

@@ -1,0 +1,85 @@
+"""``Observations``: what one member has seen of the lease table, from round to round.
+
+The expiry timer of each row (:class:`~kinesis.lease_loop.decisions.Seen`), whom it
+suspects, the membership version those suspicions were made under, and the expiry moments
+already scheduled a round. The round updates
+them from :mod:`~kinesis.lease_loop.decisions` and logs who changed; only the round (under
+the coordinator's round lock) touches them, and :attr:`Observations.suspect_ids` is
+published as an immutable tuple for status readers.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Iterable, Mapping
+from collections.abc import Set as AbstractSet
+from itertools import chain
+
+from kinesis.lease_loop import decisions
+from kinesis.lease_loop.decisions import Seen, Snapshot, Suspicions
+from kinesis.lease_loop.lease_model import Lease
+
+log = logging.getLogger("kinesis.lease_loop.coordinator")  # the lease loop logs as the coordinator
+
+
+class Observations:
+    """Timers and suspicions of ``member_id`` (see the module docs)."""
+
+    def __init__(self, member_id: str):
+        self.seen: dict[str, Seen] = {}
+        self.suspicions = Suspicions()
+        self.suspect_ids: tuple[str, ...] = ()
+        self._me = member_id
+        self._version: object = None
+        self._expiry_served = -math.inf  # the last expiry moment a round was scheduled for
+
+    def observe(self, rows: Mapping[str, Lease], now: float, *, partial: bool = False) -> frozenset[str]:
+        """Update the timers from the rows read; the members seen writing."""
+        seen = decisions.observe(rows, self.seen, now, partial=partial)
+        self.seen.update(seen.changed)
+        for key in seen.gone:
+            del self.seen[key]
+        return seen.active
+
+    def timers(self, rows: Mapping[str, Lease], keys: Iterable[str]) -> dict[str, Seen]:
+        """A copy of the timers a round's decisions may look at (the rows read, the keys to take)."""
+        keys = list(keys)
+        if len(rows) + len(keys) >= len(self.seen):
+            return dict(self.seen)
+        return {k: s for k in chain(rows, keys) if (s := self.seen.get(k)) is not None}
+
+    def start_timers(self, timers: Mapping[str, Seen]) -> None:
+        self.seen.update(timers)
+
+    def keep_missing(self, planned: AbstractSet[str]) -> None:
+        """Forget the missing-row timers of keys no longer planned."""
+        for key in [k for k, s in self.seen.items() if s.counter is None and k not in planned]:
+            del self.seen[key]
+
+    def next_expiry(self, held: AbstractSet[str], lease_duration: float, now: float) -> float:
+        """The next moment (after ``now`` and after the last one returned) when a lease held by
+        someone else expires unless renewed; math.inf if none. Each moment is returned once."""
+        due = decisions.next_expiry(self.seen, held, self._me, lease_duration, max(now, self._expiry_served))
+        if due != math.inf:
+            self._expiry_served = due  # scheduled now: never again
+        return due
+
+    def membership(self, version: object) -> None:
+        """A new membership version gives every suspect another chance (on probation)."""
+        if version != self._version:
+            self._version = version
+            self._set(self.suspicions.forgiven())
+
+    def suspect(self, snap: Snapshot, active: Iterable[str]) -> None:
+        """Apply :func:`~kinesis.lease_loop.decisions.suspect` and log who changed."""
+        result = decisions.suspect(snap, active)
+        for member in result.revived:
+            log.info("%s: %s is alive again", self._me, member)
+        for member in result.suspected:
+            log.info("%s: suspecting %s (all its leases expired)", self._me, member)
+        self._set(result.suspicions)
+
+    def _set(self, suspicions: Suspicions) -> None:
+        self.suspicions = suspicions
+        self.suspect_ids = tuple(sorted(suspicions.suspects))
