@@ -22,9 +22,16 @@ member per minute, with 4 members (25 leases each) and with 1 member holding all
 against the expected ``ticks per minute x (leases held + 1 heartbeat + 3 scans)`` (a tick
 and the two light rounds between ticks scan once each).
 
-Writes benchmarks/results/lease_dynamics.json.
+``--reads scoped`` runs phase 1 with ``WorkerConfig(reads="scoped")`` members (no table scans,
+the shard manifest) whose membership is ``KubernetesMembership`` against the tests' fake API
+server (``tests/support/fake_k8s.py``, the official client over HTTP): a member's pod is listed
+before it starts; a SIGKILLed member's pod stays listed (the worst case: its watcher takes its
+leases over at expiry) until the takeover is measured; a SIGTERMed member's pod leaves the list
+at once, as a terminating pod does.
 
-    .venv/bin/python benchmarks/bench_lease_dynamics.py [--quick]
+Writes benchmarks/results/lease_dynamics.json (``--reads scoped``: lease_dynamics_scoped.json).
+
+    .venv/bin/python benchmarks/bench_lease_dynamics.py [--quick] [--reads scoped]
 """
 
 from __future__ import annotations
@@ -91,7 +98,41 @@ def summary(delays_s: list[float], unit: float) -> dict[str, float]:
     }
 
 
-def phase_dynamics(aws: MotoProcess, out_dir: Path, lease: float, quick: bool) -> dict[str, Any]:
+class Pods:
+    """Scoped reads: the members' Kubernetes membership, served by the tests' fake API server
+    (the official client over HTTP; pods labelled ``app=dyn``). Without ``scoped``, nothing."""
+
+    def __init__(self, scoped: bool, out_dir: Path):
+        self.fake: Any = None
+        self.args: list[str] = []
+        if scoped:
+            from tests.support.fake_k8s import FakeKubernetes
+
+            self.fake = FakeKubernetes().start()
+            out_dir.mkdir(parents=True, exist_ok=True)
+            kubeconfig = out_dir / "kubeconfig"
+            kubeconfig.write_text(
+                "apiVersion: v1\nkind: Config\ncurrent-context: fake\n"
+                f"clusters: [{{name: fake, cluster: {{server: '{self.fake.url}'}}}}]\n"
+                "users: [{name: fake, user: {token: fake}}]\n"
+                "contexts: [{name: fake, context: {cluster: fake, user: fake, namespace: default}}]\n"
+            )
+            self.args = ["--reads", "scoped", "--kubeconfig", str(kubeconfig), "--k8s-selector", "app=dyn"]
+
+    def add(self, name: str) -> None:
+        if self.fake is not None:
+            self.fake.add_pod(name, {"app": "dyn"})
+
+    def remove(self, name: str) -> None:
+        if self.fake is not None:
+            self.fake.delete_pod(name)
+
+    def close(self) -> None:
+        if self.fake is not None:
+            self.fake.stop()
+
+
+def phase_dynamics(aws: MotoProcess, out_dir: Path, lease: float, quick: bool, reads: str = "scan") -> dict[str, Any]:
     shards, members = (20, 4) if quick else (40, 5)
     tick = lease / 3
     stream, table = "dyn", "dyn-leases"
@@ -99,19 +140,26 @@ def phase_dynamics(aws: MotoProcess, out_dir: Path, lease: float, quick: bool) -
     kinesis.create_stream(StreamName=stream, ShardCount=shards)
     LeaseTable.open(aws.client("dynamodb"), table)
     producer = Producer(kinesis, stream, rate=60.0, keys=4 * shards).start()
+    pods = Pods(reads == "scoped", out_dir)
     fleet = Fleet(aws.endpoint_url, out_dir, stream=stream, application="dyn-app", table=table,
-                  lease_duration=lease, member_args=["--idle-backoff", "2.0"])
+                  lease_duration=lease, member_args=["--idle-backoff", "2.0", *pods.args])
     try:
         names = [f"member-{i}" for i in range(1, members + 1)]
         for n in names:
+            pods.add(n)
             fleet.start_member(n)
         wait(fleet, lambda: fleet.balanced(shards=shards), f"{members} members to balance")
         time.sleep(2 * lease)  # steady state before measuring (not a synchronisation)
 
-        # join
+        # join (scan: from the newcomer's heartbeat row; scoped: from its first status report,
+        # its pod listed before it started)
         newcomer = f"member-{members + 1}"
+        pods.add(newcomer)
         fleet.start_member(newcomer)
-        wait(fleet, lambda: newcomer in fleet.table.scan().members, "the newcomer's heartbeat row")
+        if reads == "scoped":
+            wait(fleet, lambda: fleet.status(newcomer) is not None, "the newcomer's first status")
+        else:
+            wait(fleet, lambda: newcomer in fleet.table.scan().members, "the newcomer's heartbeat row")
         joined = time.monotonic()
         wait(fleet, lambda: fleet.balanced(shards=shards), "balance after the join")
         join_s = time.monotonic() - joined
@@ -126,6 +174,7 @@ def phase_dynamics(aws: MotoProcess, out_dir: Path, lease: float, quick: bool) -
         wait(fleet, lambda: len(first_inits_after(out_dir, victim_shards, kill_ns, victim)) == len(victim_shards),
              "new owners of the killed member's shards")
         kill_delays = [(t - kill_ns) / 1e9 for t in first_inits_after(out_dir, victim_shards, kill_ns, victim).values()]
+        pods.remove(victim)  # scoped: the pod stayed listed (worst case) until now
         wait(fleet, lambda: fleet.balanced(shards=shards), "balance after the kill")
         time.sleep(2 * lease)
 
@@ -133,6 +182,7 @@ def phase_dynamics(aws: MotoProcess, out_dir: Path, lease: float, quick: bool) -
         leaver = names[2]
         leaver_shards = {k.rsplit("/", 1)[1] for k, o in fleet.owners().items() if o == leaver}
         term_ns = time.time_ns()
+        pods.remove(leaver)  # a terminating pod leaves the member list at once
         exit_code = fleet.terminate(leaver, wait=False)
         wait(fleet, lambda: len(first_inits_after(out_dir, leaver_shards, term_ns, leaver)) == len(leaver_shards),
              "new owners of the leaver's shards")
@@ -152,7 +202,9 @@ def phase_dynamics(aws: MotoProcess, out_dir: Path, lease: float, quick: bool) -
     finally:
         producer.stop()
         fleet.close()
+        pods.close()
     return {
+        "reads": reads,
         "shards": shards,
         "members": members,
         "lease_duration_s": lease,
@@ -265,8 +317,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--lease-duration", type=float, default=10.0,
                         help="phase 1 lease duration (default: the production default, 10 s)")
     parser.add_argument("--skip-requests", action="store_true", help="only phase 1")
-    parser.add_argument("--out", type=Path, default=RESULTS / "lease_dynamics.json")
+    parser.add_argument("--reads", choices=("scan", "scoped"), default="scan",
+                        help="scoped: WorkerConfig(reads='scoped') members with a Kubernetes membership "
+                             "(the tests' fake API server); phase 1 only")
+    parser.add_argument("--out", type=Path, default=None,
+                        help="default: results/lease_dynamics.json (scoped: lease_dynamics_scoped.json)")
     args = parser.parse_args(argv)
+    if args.out is None:
+        args.out = RESULTS / ("lease_dynamics.json" if args.reads == "scan" else "lease_dynamics_scoped.json")
+    if args.reads == "scoped":
+        args.skip_requests = True
     logging.getLogger("werkzeug").setLevel(logging.ERROR)
     out_dir = Path(tempfile.mkdtemp(prefix="bench-lease-dynamics-"))
     data: dict[str, Any] = {
@@ -275,17 +335,19 @@ def main(argv: list[str] | None = None) -> int:
         "quick": args.quick,
         "cpus": os.cpu_count(),
         "load_average_at_start": [round(x, 2) for x in os.getloadavg()],
-        "command": "python benchmarks/bench_lease_dynamics.py" + (" --quick" if args.quick else ""),
+        "command": "python benchmarks/bench_lease_dynamics.py" + (" --quick" if args.quick else "")
+        + (" --reads scoped" if args.reads == "scoped" else ""),
         "ledgers": str(out_dir),
     }
     with MotoProcess() as aws:
         console.print("[bold]phase 1[/]: join, SIGKILL, SIGTERM with worker processes")
-        data["dynamics"] = dyn = phase_dynamics(aws, out_dir / "dynamics", args.lease_duration, args.quick)
+        data["dynamics"] = dyn = phase_dynamics(aws, out_dir / "dynamics", args.lease_duration, args.quick,
+                                                      args.reads)
         if not args.skip_requests:
             console.print("[bold]phase 2[/]: DynamoDB requests per member per minute")
             data["dynamodb_requests"] = phase_requests(aws, out_dir / "requests", args.quick)
 
-    table = Table(title=f"lease dynamics through Worker processes (lease_duration {dyn['lease_duration_s']:g} s, "
+    table = Table(title=f"lease dynamics through Worker processes, reads={args.reads} (lease_duration {dyn['lease_duration_s']:g} s, "
                         f"tick {dyn['tick_s']:g} s, {dyn['shards']} shards)")
     for col in ("figure", "measured", "target"):
         table.add_column(col, justify="left" if col == "figure" else "right")

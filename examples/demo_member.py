@@ -160,6 +160,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--max-records", type=int, default=500)
     p.add_argument("--initial-position", default="TRIM_HORIZON")
     p.add_argument("--shutdown-grace", type=float, default=10.0)
+    p.add_argument("--reads", choices=("scan", "scoped"), default="scan",
+                   help="scoped: no table scans, shard manifest; needs --kubeconfig (Kubernetes membership)")
+    p.add_argument("--kubeconfig", help="a kubeconfig for KubernetesMembership (pods labelled --k8s-selector)")
+    p.add_argument("--k8s-namespace", default="default")
+    p.add_argument("--k8s-selector", default="app=kinesis-demo")
     return p.parse_args(argv)
 
 
@@ -198,11 +203,20 @@ def run_member(
         max_records=args.max_records,
         shutdown_grace=args.shutdown_grace,
         shard_sync_interval=max(2.0, args.lease_duration),
+        reads=getattr(args, "reads", "scan"),
     )
     kinesis = client_for("kinesis", kinesis_endpoint, args.region)
     dynamodb = client_for("dynamodb", dynamodb_endpoint, args.region)
     counters = {"dynamodb": RequestCounter(dynamodb), "kinesis": RequestCounter(kinesis)}
-    worker = Worker(config, processor_factory, kinesis_client=kinesis, dynamodb_client=dynamodb)
+    membership = None
+    if getattr(args, "kubeconfig", None):
+        from hashring import KubernetesMembership
+
+        membership = KubernetesMembership(
+            "label_selector", namespace=args.k8s_namespace, pod_name=args.member_id,
+            label_selector=args.k8s_selector, kubeconfig=args.kubeconfig, watch=True,
+        )
+    worker = Worker(config, processor_factory, membership=membership, kinesis_client=kinesis, dynamodb_client=dynamodb)
     stop = threading.Event()
     status_path = args.out_dir / f"{args.member_id}.status.json"
     worker.start()
