@@ -260,3 +260,16 @@ def test_scoped_reads_with_the_default_membership_name_the_fix(aws: LocalAWS) ->
                kinesis_client=aws.client("kinesis"), dynamodb_client=aws.client("dynamodb"))
     with pytest.raises(ConfigurationError, match="reads must be"):
         WorkerConfig(table_name=TABLE, streams=[SPEC], reads="index")  # type: ignore[arg-type]
+
+
+def test_backup_check_interval_reaches_the_coordinator_and_only_with_scoped_reads(aws: LocalAWS) -> None:
+    config = WorkerConfig(table_name=TABLE, streams=[SPEC], reads="scoped", backup_check_interval=1.5)
+    worker = Worker(config, lambda: JournalProcessor(Journal(), "x"), membership=StaticMembership(["x"], "x"),
+                    kinesis_client=aws.client("kinesis"), dynamodb_client=aws.client("dynamodb"))
+    assert worker.coordinator.backup_check_interval == 1.5
+    default = WorkerConfig(table_name=TABLE, streams=[SPEC], reads="scoped").coordinator_kwargs()
+    assert "backup_check_interval" not in default  # the coordinator's default: lease_duration / 2
+    with pytest.raises(ConfigurationError, match="only applies to reads='scoped'"):
+        WorkerConfig(table_name=TABLE, streams=[SPEC], backup_check_interval=1.5)
+    with pytest.raises(ConfigurationError, match="backup_check_interval must be"):
+        WorkerConfig(table_name=TABLE, streams=[SPEC], reads="scoped", backup_check_interval=0)

@@ -229,6 +229,9 @@ class WorkerConfig:
     publishes a shard manifest that the others poll every ``manifest_poll_interval`` (default
     ``shard_sync_interval / 2``; :mod:`kinesis.consumer.shard_manifest`). Scoped reads need a
     membership outside the lease table (``KubernetesMembership``, ``StaticMembership``).
+    ``backup_check_interval`` (scoped only; default ``lease_duration / 2``): how often a member
+    samples the members it watches; shorter takes a crashed member that is still listed over
+    sooner, for more reads.
 
     Processor failures: ``processor_retry`` (:class:`~kinesis.consumer.processing_failures.ProcessorRetryPolicy`):
     a batch the processor raised on is retried in place with exponential backoff; after
@@ -269,6 +272,7 @@ class WorkerConfig:
     processor_retry: ProcessorRetryPolicy = field(default_factory=ProcessorRetryPolicy)
     reads: Literal["scan", "scoped"] = "scan"
     manifest_poll_interval: float | None = None
+    backup_check_interval: float | None = None
     _timing: LeaseTiming = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -319,6 +323,12 @@ class WorkerConfig:
         _seconds("shutdown_grace", self.shutdown_grace)
         _seconds("shard_sync_interval", self.shard_sync_interval)
         _seconds("manifest_poll_interval", self.manifest_poll_interval, allow_none=True)
+        _seconds("backup_check_interval", self.backup_check_interval, allow_none=True)
+        if self.backup_check_interval is not None and self.reads != "scoped":
+            raise ConfigurationError(
+                "backup_check_interval only applies to reads='scoped' (the scan loop reads every row "
+                "every round): set reads='scoped' or leave backup_check_interval unset"
+            )
         if self.reads not in ("scan", "scoped"):
             raise ConfigurationError(f"reads must be 'scan' or 'scoped', got {self.reads!r}")
         if isinstance(self.idle_backoff, bool) or not isinstance(self.idle_backoff, int | float) or not (
@@ -383,4 +393,5 @@ class WorkerConfig:
             "replicas": self.replicas,
             "max_concurrent_handoffs": self.max_concurrent_handoffs,
             "reads": self.reads,
+            **({"backup_check_interval": self.backup_check_interval} if self.backup_check_interval else {}),
         }
