@@ -26,7 +26,10 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from peer_ledger import Ledger, record_line
+# The repository root goes last on sys.path: this script runs in the peer's own venv, whose
+# packages (async-kinesis's is named ``kinesis``) must win over this repository's.
+sys.path.append(str(Path(__file__).resolve().parents[2]))
+from benchmarks.peers.peer_ledger import Ledger, record_line
 
 # async-kinesis's package is named ``kinesis`` (as this repository's is): import it by name
 # at run time, in its own environment.

@@ -1,4 +1,4 @@
-"""The peers' pinned versions (the one place they are set) and their environments.
+"""The peers' pinned versions (set in pyproject.toml's ``peer-*`` extras) and their environments.
 
 Each peer gets its own virtual environment under ``benchmarks/peers/.venvs/<peer>``
 (gitignored), built from PyPI with ``python -m venv``, ``pip install -U pip setuptools
@@ -13,16 +13,22 @@ from __future__ import annotations
 import shutil
 import subprocess
 import sys
+import tomllib
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 VENVS = HERE / ".venvs"
 
-PINS: dict[str, str] = {
-    "kcl-rs": "kcl-rs==0.1.4",
-    "async-kinesis": "async-kinesis[dynamodb]==3.0.1",
-    "azure-eventhub": "azure-eventhub==5.15.1",
-}
+PEERS = ("kcl-rs", "async-kinesis", "azure-eventhub")
+
+
+def _pins() -> dict[str, str]:
+    """Peer -> pip requirement, from pyproject.toml's ``peer-<name>`` extras."""
+    extras = tomllib.loads((HERE.parents[1] / "pyproject.toml").read_text())["project"]["optional-dependencies"]
+    return {peer: extras[f"peer-{peer}"][0] for peer in PEERS}
+
+
+PINS: dict[str, str] = _pins()
 """Peer -> pip requirement. ``async-kinesis``'s DynamoDB checkpointer needs its ``dynamodb``
 extra (aioboto3)."""
 

@@ -19,7 +19,11 @@ from pathlib import Path
 from typing import Any
 
 from kcl_rs import RecordProcessorBase, Scheduler
-from peer_ledger import Ledger, install_stop, record_line
+
+# The repository root goes last on sys.path: this script runs in the peer's own venv, whose
+# packages (async-kinesis's is named ``kinesis``) must win over this repository's.
+sys.path.append(str(Path(__file__).resolve().parents[2]))
+from benchmarks.peers.peer_ledger import Ledger, install_stop, record_line
 
 
 def main() -> int:
