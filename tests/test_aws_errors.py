@@ -16,7 +16,7 @@ def client_error(code: str, status: int = 400) -> ClientError:
 
 
 def test_every_caller_uses_the_same_classifier() -> None:
-    assert leases.is_transient is aws_errors.is_retryable
+    assert leases.is_retryable is aws_errors.is_retryable
     assert throttling.is_retryable is aws_errors.is_retryable
     assert reader.is_retryable is aws_errors.is_retryable
     assert fanout_reader.is_retryable is aws_errors.is_retryable

@@ -240,6 +240,15 @@ def test_scoped_workers_balance_process_everything_once_and_hand_off_on_stop(aws
     try:
         assert eventually(lambda: len(w1.status().held) == 3 and len(w2.status().held) == 3, 60)
         assert journal.wait_for(lambda _: set(written) <= journal.processed(), 60)
+        assert w1.coordinator.reads == w2.coordinator.reads == "scoped"
+        syncs = [w.shard_sync for w in (w1, w2)]
+        assert all(isinstance(sync, ShardManifestSync) for sync in syncs)
+        owners = [sync.owns_chore(SPEC) for sync in syncs]  # type: ignore[attr-defined]
+        assert sorted(owners) == [False, True], "one member holds the shard chore"
+        lister = (w1, w2)[owners.index(True)]
+        other = (w1, w2)[owners.index(False)]
+        assert eventually(lambda: lister.discoveries[SPEC.key_prefix].calls > 1, 30), "the owner lists again"
+        assert other.discoveries[SPEC.key_prefix].calls == 1, "the other lists only once, at start-up"
         for view in views.values():
             view.set_members(["w2"])
         assert w1.stop(graceful=True) is True

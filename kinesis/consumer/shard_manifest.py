@@ -39,12 +39,13 @@ from hashring import Membership, owners_of
 from hashring.errors import HashRingError
 from kinesis.consumer.shard_sync import ShardSync
 from kinesis.consumer.shards import Shard, ShardDiscovery, ready_shards, shard_order
-from kinesis.consumer.worker_config import StreamConfig
-from kinesis.errors import KinesisHashRingError
+from kinesis.consumer.worker_config import StreamConfig, WorkerConfig
+from kinesis.errors import ConfigurationError, KinesisHashRingError
 from kinesis.lease_loop.clock import MONOTONIC, Clock
 from kinesis.lease_loop.lease_model import TableSnapshot
 from kinesis.lease_loop.leases import LeaseTable
 from kinesis.lease_loop.manifest_store import ManifestConflictError, ManifestHead, ManifestStore
+from kinesis.lease_loop.membership import DynamoDBMembership
 
 log = logging.getLogger(__name__)
 
@@ -320,3 +321,29 @@ class ShardManifestSync(ShardSync):
         stream.effective = new
         spec = stream.spec
         stream.keys = [spec.lease_key(s.shard_id) for s in ready_shards(new.shards, set(new.finished))]
+
+
+def shard_provider(
+    config: WorkerConfig,
+    table: LeaseTable,
+    streams: Sequence[tuple[StreamConfig, ShardDiscovery]],
+    membership: Membership,
+    clock: Clock = MONOTONIC,
+) -> ShardSync:
+    """The Worker's resource provider: :class:`ShardSync` for ``reads="scan"``, the shard
+    manifest for ``reads="scoped"`` (which needs a membership outside the lease table)."""
+    if config.reads == "scan":
+        return ShardSync(table, streams)
+    if isinstance(membership, DynamoDBMembership):
+        raise ConfigurationError(
+            "WorkerConfig(reads='scoped') needs a membership outside the lease table: pass "
+            "membership=KubernetesMembership(...) or StaticMembership(...) to Worker, or use "
+            "reads='scan' with the default DynamoDBMembership"
+        )
+    timing = config.timing
+    return ShardManifestSync(
+        table, streams, member_id=membership.self_id, membership=membership,
+        lease_duration=timing.lease_duration, tick_interval=timing.tick_interval,
+        shard_sync_interval=config.shard_sync_interval, poll_interval=config.manifest_poll_interval,
+        replicas=max(1, config.replicas), clock=clock,
+    )

@@ -60,8 +60,7 @@ from kinesis.consumer.health import HealthServer
 from kinesis.consumer.metrics import build_registry, render
 from kinesis.consumer.processor_style import check_factory, check_style
 from kinesis.consumer.shard_consumer import ConsumerPool, ShardStatus
-from kinesis.consumer.shard_manifest import ShardManifestSync
-from kinesis.consumer.shard_sync import ShardSync
+from kinesis.consumer.shard_manifest import shard_provider
 from kinesis.consumer.shards import ShardDiscovery
 from kinesis.consumer.signals import stop_on_signals
 from kinesis.consumer.worker_config import (
@@ -195,24 +194,9 @@ class Worker:
             )
             for s in config.streams
         }
-        pairs = [(s, self.discoveries[s.key_prefix]) for s in config.streams]
-        self.shard_sync: ShardSync
-        if config.reads == "scoped":
-            if isinstance(membership, DynamoDBMembership):
-                raise ConfigurationError(
-                    "WorkerConfig(reads='scoped') needs a membership outside the lease table: pass "
-                    "membership=KubernetesMembership(...) or StaticMembership(...) to Worker, or use "
-                    "reads='scan' with the default DynamoDBMembership"
-                )
-            timing = config.timing
-            self.shard_sync = ShardManifestSync(
-                self.table, pairs, member_id=membership.self_id, membership=membership,
-                lease_duration=timing.lease_duration, tick_interval=timing.tick_interval,
-                shard_sync_interval=config.shard_sync_interval, poll_interval=config.manifest_poll_interval,
-                replicas=max(1, config.replicas), clock=clock,
-            )
-        else:
-            self.shard_sync = ShardSync(self.table, pairs)
+        self.shard_sync = shard_provider(
+            config, self.table, [(s, self.discoveries[s.key_prefix]) for s in config.streams], membership, clock
+        )
         self.registrations = {
             s.key_prefix: ConsumerRegistration(
                 self.kinesis_client, s.stream, s.effective_consumer_name,

@@ -90,9 +90,6 @@ T = TypeVar("T")
 _KEEP: Any = object()
 
 
-is_transient = is_retryable
-"""Errors worth retrying (:func:`kinesis.aws_errors.is_retryable`, shared with the Kinesis calls)."""
-_error_code = error_code
 
 
 class _ConditionFailed(Exception):
@@ -153,7 +150,7 @@ class LeaseTable:
     def _retrying(self, fn: Callable[[], T]) -> T:
         """Call ``fn`` with retries on transient errors; wrap exhausted retries."""
         retrying = Retrying(
-            retry=retry_if_exception(is_transient),
+            retry=retry_if_exception(is_retryable),
             wait=wait_random_exponential(multiplier=0.05, max=self.retry_max_wait),
             stop=stop_after_attempt(self.retry_attempts),
             reraise=True,
@@ -161,7 +158,7 @@ class LeaseTable:
         try:
             return retrying(fn)
         except botocore.exceptions.ClientError as exc:
-            code = _error_code(exc)
+            code = error_code(exc)
             if code == "ResourceNotFoundException":
                 raise LeaseTableNotFoundError(
                     f"lease table {self.table_name!r} does not exist: call ensure_table() "
@@ -173,7 +170,7 @@ class LeaseTable:
                 raise LeaseTableAccessDeniedError(
                     access_denied_message(exc.operation_name, target, action, exc), action
                 ) from exc
-            if is_transient(exc):
+            if is_retryable(exc):
                 raise LeaseTableUnavailableError(
                     f"lease table {self.table_name!r}: {code} after {self.retry_attempts} attempts"
                 ) from exc
@@ -197,7 +194,7 @@ class LeaseTable:
         try:
             response = self._retrying(lambda: call(**kwargs))
         except botocore.exceptions.ClientError as exc:
-            if _error_code(exc) != "ConditionalCheckFailedException":
+            if error_code(exc) != "ConditionalCheckFailedException":
                 raise
             current = exc.response.get("Item")
             if current is None and op != "put_item":
@@ -283,7 +280,7 @@ class LeaseTable:
                 )
                 log.info("created lease table %s", self.table_name)
             except botocore.exceptions.ClientError as exc:
-                if _error_code(exc) != "ResourceInUseException":  # created concurrently: fine
+                if error_code(exc) != "ResourceInUseException":  # created concurrently: fine
                     raise
             description = self._describe()
             if description is None:  # pragma: no cover - eventual consistency of DescribeTable
@@ -375,6 +372,19 @@ class LeaseTable:
         what it read."""
         wanted = sorted({check_lease_key(k) for k in keys})
         found: dict[str, Lease | None] = dict.fromkeys(wanted)
+        for key, item in self.get_items(wanted, consistent=consistent).items():
+            try:
+                found[key] = m.lease_from_item(item)
+            except CorruptLeaseError as exc:
+                found.pop(key, None)
+                self._report_corrupt(exc)
+        return found
+
+    def get_items(self, keys: Iterable[str], *, consistent: bool = False) -> dict[str, dict[str, Any]]:
+        """The raw items of ``keys`` that exist (BatchGetItem, 100 keys a request, unprocessed
+        keys retried with backoff); also reserved rows (no key check)."""
+        wanted = sorted(set(keys))
+        found: dict[str, dict[str, Any]] = {}
         for start in range(0, len(wanted), 100):
             pending: dict[str, Any] = {
                 self.table_name: {
@@ -385,13 +395,7 @@ class LeaseTable:
             for attempt in range(self.retry_attempts * 4):
                 response = self._retrying(functools.partial(self.client.batch_get_item, RequestItems=pending))
                 for item in response.get("Responses", {}).get(self.table_name, []):
-                    try:
-                        lease = m.lease_from_item(item)
-                    except CorruptLeaseError as exc:
-                        found.pop(exc.key, None)
-                        self._report_corrupt(exc)
-                        continue
-                    found[lease.key] = lease
+                    found[item[m.KEY]["S"]] = item
                 pending = response.get("UnprocessedKeys") or {}
                 if not pending:
                     break
@@ -402,6 +406,14 @@ class LeaseTable:
                     f"{self.retry_attempts * 4} attempts (throttled): raise the table's read capacity"
                 )
         return found
+
+    def call(self, operation: str, **kwargs: Any) -> dict[str, Any]:
+        """One DynamoDB call on this table (``TableName`` filled in) with the table's retries
+        and named errors; for rows outside the lease schema (e.g. the manifest store)."""
+        result: dict[str, Any] = self._retrying(
+            functools.partial(getattr(self.client, operation), TableName=self.table_name, **kwargs)
+        )
+        return result
 
     def clock_sleep(self, seconds: float) -> None:
         """Wait between retries of unprocessed keys (real time)."""

@@ -20,12 +20,14 @@ may be claimed, exactly as an expired lease. Reserved rows are skipped by every 
 
 from __future__ import annotations
 
-import functools
 import hashlib
 import zlib
 from dataclasses import dataclass
 from typing import Any
 
+from botocore.exceptions import ClientError
+
+from kinesis.aws_errors import error_code
 from kinesis.errors import CorruptLeaseError, KinesisHashRingError
 from kinesis.lease_loop import lease_model as m
 from kinesis.lease_loop.leases import LeaseTable
@@ -75,33 +77,16 @@ class ManifestStore:
 
     def head(self, *, consistent: bool = False) -> ManifestHead | None:
         """The head row, ``None`` before the first publish."""
-        table = self.table
-        response = table._retrying(
-            lambda: table.client.get_item(
-                TableName=table.table_name, Key={m.KEY: {"S": self.head_key}}, ConsistentRead=consistent
-            )
-        )
-        item = response.get("Item")
+        item = self.table.call("get_item", Key={m.KEY: {"S": self.head_key}}, ConsistentRead=consistent).get("Item")
         return None if not item else self._parse_head(item)
 
     def read(self, head: ManifestHead) -> bytes:
         """The payload ``head`` names (its chunks, checked against its digest)."""
         if head.chunks == 0:
             return b""
-        table = self.table
         keys = [self._chunk_key(head.version, i) for i in range(head.chunks)]
-        parts: dict[str, bytes] = {}
-        pending: dict[str, Any] = {
-            table.table_name: {"Keys": [{m.KEY: {"S": k}} for k in keys], "ConsistentRead": True}
-        }
-        for attempt in range(table.retry_attempts * 4):
-            response = table._retrying(functools.partial(table.client.batch_get_item, RequestItems=pending))
-            for item in response.get("Responses", {}).get(table.table_name, []):
-                parts[item[m.KEY]["S"]] = bytes(item.get("data", {}).get("B", b""))
-            pending = response.get("UnprocessedKeys") or {}
-            if not pending:
-                break
-            table.clock_sleep(min(table.retry_max_wait, 0.01 * 2**attempt))
+        items = self.table.get_items(keys, consistent=True)
+        parts = {k: bytes(item.get("data", {}).get("B", b"")) for k, item in items.items()}
         missing = [k for k in keys if k not in parts]
         if missing:
             raise ManifestConflictError(
@@ -137,10 +122,8 @@ class ManifestStore:
         data = zlib.compress(payload, 6)
         chunks = [data[i : i + self.chunk_bytes] for i in range(0, len(data), self.chunk_bytes)]
         version = head.version + 1
-        table = self.table
         for i, chunk in enumerate(chunks):
-            item = {m.KEY: {"S": self._chunk_key(version, i)}, "data": {"B": chunk}}
-            table._retrying(functools.partial(table.client.put_item, TableName=table.table_name, Item=item))
+            self.table.call("put_item", Item={m.KEY: {"S": self._chunk_key(version, i)}, "data": {"B": chunk}})
         new = ManifestHead(
             self.name, version, len(chunks), hashlib.sha256(payload).hexdigest(), head.owner, head.counter + 1
         )
@@ -155,19 +138,15 @@ class ManifestStore:
 
     def _delete_chunks(self, version: int, count: int | None) -> None:
         """Delete the chunk rows of ``version`` (``count`` unknown: until one is missing)."""
-        table = self.table
         i = 0
         while count is None or i < count:
             key = {m.KEY: {"S": self._chunk_key(version, i)}}
-            response = table._retrying(
-                functools.partial(table.client.delete_item, TableName=table.table_name, Key=key, ReturnValues="ALL_OLD")
-            )
+            response = self.table.call("delete_item", Key=key, ReturnValues="ALL_OLD")
             if count is None and not response.get("Attributes"):
                 return
             i += 1
 
     def _put_head(self, new: ManifestHead, seen: ManifestHead | None) -> ManifestHead:
-        table = self.table
         item = {
             m.KEY: {"S": self.head_key},
             "version": {"N": str(new.version)},
@@ -181,7 +160,6 @@ class ManifestStore:
         else:
             condition, values = "#c = :c", {":c": {"N": str(seen.counter)}}
         kwargs: dict[str, Any] = {
-            "TableName": table.table_name,
             "Item": item,
             "ConditionExpression": condition,
             "ExpressionAttributeNames": {"#k": m.KEY} if seen is None else {"#c": "counter"},
@@ -189,9 +167,9 @@ class ManifestStore:
         if values:
             kwargs["ExpressionAttributeValues"] = values
         try:
-            table._retrying(lambda: table.client.put_item(**kwargs))
-        except Exception as exc:
-            if getattr(exc, "response", {}).get("Error", {}).get("Code") != "ConditionalCheckFailedException":
+            self.table.call("put_item", **kwargs)
+        except ClientError as exc:
+            if error_code(exc) != "ConditionalCheckFailedException":
                 raise
             # A retried put whose first attempt was applied fails its condition on our own
             # write: the row then holds exactly what we wrote.
