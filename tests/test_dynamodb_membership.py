@@ -8,13 +8,13 @@ from typing import Any
 
 import pytest
 
-from hashring import HashRing, Membership
+from hashring import HashRing, Membership, owners_of
 from kinesis.errors import ConfigurationError, DuplicateMemberIdError, InvalidLeaseKeyError
 from kinesis.lease_loop.clock import FakeClock
 from kinesis.lease_loop.coordinator import LeaseCoordinator
 from kinesis.lease_loop.lease_model import MEMBER_PREFIX
 from kinesis.lease_loop.leases import LeaseTable
-from kinesis.lease_loop.membership import DynamoDBMembership
+from kinesis.lease_loop.membership import HEARTBEAT_CHORE, DynamoDBMembership
 from kinesis.testing import LocalAWS
 from tests.coordinator_fleet import shared_client
 
@@ -133,6 +133,43 @@ def test_stale_rows_are_garbage_collected(table: LeaseTable) -> None:
     assert "gone" not in table.scan().members and a.rows_collected == 1
     gone.heartbeat()  # it was only paused: its row is recreated
     assert a.refresh() == ("a", "gone")
+
+
+def test_one_member_cleans_up_stale_rows_and_the_next_takes_over_when_it_dies(
+    table: LeaseTable, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    clock = FakeClock()
+    a, b = (member(table, name, clock, stale_row_timeout=12.0) for name in ("a", "b"))
+    owner_id = owners_of(*HEARTBEAT_CHORE, ["a", "b"])[0]
+    owner, other = (a, b) if owner_id == "a" else (b, a)
+    attempts: list[str] = []
+    real_delete = table.delete_member
+
+    def counting_delete(member_id: str, **kwargs: Any) -> bool:
+        attempts.append(member_id)
+        return real_delete(member_id, **kwargs)
+
+    monkeypatch.setattr(table, "delete_member", counting_delete)
+    gone = member(table, "gone", clock)
+    gone.heartbeat()
+    for _ in range(5):  # 15 s: "gone" is stale after 12
+        for m in (a, b):
+            m.heartbeat()
+            m.refresh()
+        clock.advance(3.0)
+    assert owner.owns_cleanup() and not other.owns_cleanup()
+    assert attempts == ["gone"] and owner.rows_collected == 1 and other.rows_collected == 0
+
+    gone.heartbeat()  # back, then silent again; and the chore owner dies too
+    attempts.clear()
+    for _ in range(6):  # 18 s: the owner drops out after 6, both rows are stale after 12
+        other.heartbeat()
+        other.refresh()
+        clock.advance(3.0)
+    other.refresh()
+    assert other.owns_cleanup() and other.members() == (other.self_id,)
+    assert sorted(attempts) == sorted(["gone", owner.self_id]) and other.rows_collected == 2
+    assert set(table.scan().members) == {other.self_id}
 
 
 def test_heartbeat_rows_never_mix_with_leases(table: LeaseTable) -> None:

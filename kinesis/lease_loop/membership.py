@@ -14,8 +14,12 @@ monotonic clock, never by comparing wall clocks between hosts:
   successful heartbeat was sent less than ``member_timeout`` ago (so a member cut off
   from DynamoDB drops itself about when the others drop it);
 * :meth:`leave` deletes the row, so the others drop the member on their next refresh;
-* rows unchanged for ``stale_row_timeout`` are deleted (conditionally) by any observer,
-  so random pod names do not pile up; a member that comes back simply recreates its row.
+* rows unchanged for ``stale_row_timeout`` are deleted (conditionally, so a row that
+  changed meanwhile stays) by one member: the owner of the reserved ring key
+  ``__chore__/heartbeats`` among the live members (:data:`HEARTBEAT_CHORE`). When that
+  member dies it drops out of the list after ``member_timeout`` and the next-ranked member
+  owns the chore, so random pod names do not pile up and a fleet of N members does not make
+  N delete attempts per stale row. A member that comes back simply recreates its row.
 
 Each process run has a random *incarnation*. Its first heartbeat overwrites an older
 row of the same id (a restarted pod); afterwards every heartbeat is conditional on the
@@ -39,6 +43,7 @@ import uuid
 from collections.abc import Hashable
 from dataclasses import dataclass
 
+from hashring.placement import owners_of
 from hashring.validation import check_members
 from kinesis.errors import ConfigurationError, DuplicateMemberIdError, KinesisHashRingError
 from kinesis.lease_loop.clock import MONOTONIC, Clock
@@ -46,6 +51,9 @@ from kinesis.lease_loop.lease_model import MemberRow, TableSnapshot
 from kinesis.lease_loop.leases import LeaseTable
 
 log = logging.getLogger(__name__)
+
+HEARTBEAT_CHORE = ("__chore__", "heartbeats")
+"""The reserved ring key whose owner deletes stale heartbeat rows."""
 
 
 @dataclass
@@ -187,6 +195,8 @@ class DynamoDBMembership:
                 del self._seen[member_id]  # left (row deleted) or collected
                 self._dirty = True
             self._last_refresh = now
+        if stale and not self.owns_cleanup():
+            stale = []
         for member_id, seen in stale:
             try:
                 if self.table.delete_member(member_id, incarnation=seen.incarnation, heartbeat=seen.heartbeat):
@@ -198,6 +208,11 @@ class DynamoDBMembership:
                 self._seen.pop(member_id, None)
                 self._dirty = True
         self._recompute(now)
+
+    def owns_cleanup(self) -> bool:
+        """True if this member owns the stale-row clean-up chore (:data:`HEARTBEAT_CHORE`)."""
+        members = self._recompute(self.clock())
+        return self._self_id in members and owners_of(*HEARTBEAT_CHORE, members)[0] == self._self_id
 
     def start(self) -> DynamoDBMembership:
         """Heartbeat and refresh from a background thread every ``heartbeat_interval``."""
