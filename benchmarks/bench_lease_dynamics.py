@@ -132,7 +132,8 @@ class Pods:
             self.fake.stop()
 
 
-def phase_dynamics(aws: MotoProcess, out_dir: Path, lease: float, quick: bool, reads: str = "scan") -> dict[str, Any]:
+def phase_dynamics(aws: MotoProcess, out_dir: Path, lease: float, quick: bool, reads: str = "scan",
+                   backup_check_interval: float | None = None) -> dict[str, Any]:
     shards, members = (20, 4) if quick else (40, 5)
     tick = lease / 3
     stream, table = "dyn", "dyn-leases"
@@ -141,8 +142,9 @@ def phase_dynamics(aws: MotoProcess, out_dir: Path, lease: float, quick: bool, r
     LeaseTable.open(aws.client("dynamodb"), table)
     producer = Producer(kinesis, stream, rate=60.0, keys=4 * shards).start()
     pods = Pods(reads == "scoped", out_dir)
+    check_args = [] if backup_check_interval is None else ["--backup-check-interval", str(backup_check_interval)]
     fleet = Fleet(aws.endpoint_url, out_dir, stream=stream, application="dyn-app", table=table,
-                  lease_duration=lease, member_args=["--idle-backoff", "2.0", *pods.args])
+                  lease_duration=lease, member_args=["--idle-backoff", "2.0", *pods.args, *check_args])
     try:
         names = [f"member-{i}" for i in range(1, members + 1)]
         for n in names:
@@ -205,6 +207,7 @@ def phase_dynamics(aws: MotoProcess, out_dir: Path, lease: float, quick: bool, r
         pods.close()
     return {
         "reads": reads,
+        "backup_check_interval_s": backup_check_interval,
         "shards": shards,
         "members": members,
         "lease_duration_s": lease,
@@ -320,11 +323,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--reads", choices=("scan", "scoped"), default="scan",
                         help="scoped: WorkerConfig(reads='scoped') members with a Kubernetes membership "
                              "(the tests' fake API server); phase 1 only")
+    parser.add_argument("--backup-check-interval", type=float, default=None,
+                        help="with --reads scoped: seconds between samples of a watched member "
+                             "(default: the Worker's, half a lease duration)")
     parser.add_argument("--out", type=Path, default=None,
                         help="default: results/lease_dynamics.json (scoped: lease_dynamics_scoped.json)")
     args = parser.parse_args(argv)
+    if args.backup_check_interval is not None and args.reads != "scoped":
+        parser.error("--backup-check-interval needs --reads scoped")
     if args.out is None:
-        args.out = RESULTS / ("lease_dynamics.json" if args.reads == "scan" else "lease_dynamics_scoped.json")
+        name = "lease_dynamics" if args.reads == "scan" else "lease_dynamics_scoped"
+        if args.backup_check_interval is not None:
+            name += f"_check_{args.backup_check_interval:g}s"
+        args.out = RESULTS / f"{name}.json"
     if args.reads == "scoped":
         args.skip_requests = True
     logging.getLogger("werkzeug").setLevel(logging.ERROR)
@@ -336,13 +347,14 @@ def main(argv: list[str] | None = None) -> int:
         "cpus": os.cpu_count(),
         "load_average_at_start": [round(x, 2) for x in os.getloadavg()],
         "command": "python benchmarks/bench_lease_dynamics.py" + (" --quick" if args.quick else "")
-        + (" --reads scoped" if args.reads == "scoped" else ""),
+        + (" --reads scoped" if args.reads == "scoped" else "")
+        + (f" --backup-check-interval {args.backup_check_interval:g}" if args.backup_check_interval else ""),
         "ledgers": str(out_dir),
     }
     with MotoProcess() as aws:
         console.print("[bold]phase 1[/]: join, SIGKILL, SIGTERM with worker processes")
         data["dynamics"] = dyn = phase_dynamics(aws, out_dir / "dynamics", args.lease_duration, args.quick,
-                                                      args.reads)
+                                                      args.reads, args.backup_check_interval)
         if not args.skip_requests:
             console.print("[bold]phase 2[/]: DynamoDB requests per member per minute")
             data["dynamodb_requests"] = phase_requests(aws, out_dir / "requests", args.quick)

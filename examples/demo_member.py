@@ -162,6 +162,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--shutdown-grace", type=float, default=10.0)
     p.add_argument("--reads", choices=("scan", "scoped"), default="scan",
                    help="scoped: no table scans, shard manifest; needs --kubeconfig (Kubernetes membership)")
+    p.add_argument("--backup-check-interval", type=float, default=None,
+                   help="scoped reads: seconds between samples of the watched members (default D/2)")
     p.add_argument("--kubeconfig", help="a kubeconfig for KubernetesMembership (pods labelled --k8s-selector)")
     p.add_argument("--k8s-namespace", default="default")
     p.add_argument("--k8s-selector", default="app=kinesis-demo")
@@ -204,6 +206,7 @@ def run_member(
         shutdown_grace=args.shutdown_grace,
         shard_sync_interval=max(2.0, args.lease_duration),
         reads=getattr(args, "reads", "scan"),
+        backup_check_interval=getattr(args, "backup_check_interval", None),
     )
     kinesis = client_for("kinesis", kinesis_endpoint, args.region)
     dynamodb = client_for("dynamodb", dynamodb_endpoint, args.region)

@@ -4,6 +4,7 @@ at the HTTP layer (throttling, 5xx, expired iterators)."""
 from __future__ import annotations
 
 import threading
+import time
 from datetime import UTC, datetime
 from typing import Any
 
@@ -82,7 +83,30 @@ def test_latest_skips_existing_records_and_reports_idle(kinesis: Any) -> None:
     assert empty.suggested_wait == 0.7 and not empty.shard_ended
     new = put(kinesis, 2, "new")
     batch = reader.read_batch()
-    assert datas(batch.records) == new and batch.suggested_wait == 0.0
+    # at the tip with records, too: one poll per idle_backoff (AWS's advice: one a second per
+    # application, so several applications stay under 5 GetRecords a second per shard)
+    assert datas(batch.records) == new and batch.suggested_wait == 0.7
+
+
+def test_a_full_batch_is_catching_up_and_waits_only_what_remains_of_min_read_interval(kinesis: Any) -> None:
+    written = put(kinesis, 10)
+    reader = ShardReader(kinesis, STREAM, SHARD, InitialPosition.TRIM_HORIZON, max_records=4,
+                         idle_backoff=30.0, min_read_interval=20.0)
+    before = time.monotonic()
+    first = reader.read_batch()
+    elapsed = time.monotonic() - before
+    # a full batch means more is waiting, whatever MillisBehindLatest says: pace by
+    # min_read_interval from the call's start, not by idle_backoff
+    assert len(first.records) == 4 and 20.0 - elapsed <= first.suggested_wait < 20.0
+    second = reader.read_batch()
+    assert len(second.records) == 4 and second.suggested_wait < 20.0
+    last = reader.read_batch()  # 2 records, fewer than max_records: the tip
+    assert len(last.records) == 2 and last.suggested_wait == 30.0
+    assert datas(first.records + second.records + last.records) == written
+    unpaced = ShardReader(kinesis, STREAM, SHARD, InitialPosition.TRIM_HORIZON, max_records=4)
+    assert unpaced.read_batch().suggested_wait == 0.0  # min_read_interval defaults to 0
+    with pytest.raises(ConfigurationError, match="min_read_interval"):
+        ShardReader(kinesis, STREAM, SHARD, min_read_interval=-1)
 
 
 def test_at_timestamp_starts_at_the_first_record_at_or_after_it(kinesis: Any) -> None:

@@ -73,6 +73,8 @@ def stream_config(**kw: Any) -> StreamConfig:
         ({"max_concurrent_handoffs": 0}, "max_concurrent_handoffs"),
         ({"max_records": 20000}, "max_records"),
         ({"idle_backoff": -1}, "idle_backoff"),
+        ({"min_read_interval": -0.1}, "min_read_interval must be a finite number of seconds >= 0"),
+        ({"min_read_interval": float("inf")}, "min_read_interval"),
         ({"shutdown_grace": 0}, "shutdown_grace"),
         ({"health_port": 70000}, "health_port"),
         ({"worker_id": "has space"}, "worker_id"),

@@ -13,6 +13,7 @@ backoff inside :meth:`ShardReader.read_batch`; those sleeps are interruptible to
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -65,9 +66,12 @@ class ReaderStats:
 class ShardReader:
     """Reads one shard from ``start`` (a checkpoint :class:`Position` or an :class:`InitialPosition`).
 
-    ``max_records`` is GetRecords' ``Limit`` (1..10000). ``idle_backoff`` is the wait suggested
-    after an empty batch when the shard is caught up (KCL's ``idleTimeBetweenReadsInMillis``;
-    Kinesis allows 5 GetRecords calls per second per shard). ``stop_event`` (shared with a
+    ``max_records`` is GetRecords' ``Limit`` (1..10000). Kinesis allows 5 GetRecords calls per
+    second per shard, shared by every application reading it, so :attr:`ReadResult.suggested_wait`
+    paces the calls: ``idle_backoff`` after a batch at the tip of the shard (``MillisBehindLatest``
+    0 and fewer than ``max_records`` records, empty or not: AWS's advice of one poll a second
+    per application, KCL's ``idleTimeBetweenReadsInMillis``), else what remains of
+    ``min_read_interval`` since the call started (catching up). ``stop_event`` (shared with a
     worker's shutdown, optional) interrupts retries and :meth:`wait`.
 
     Not thread-safe: one reader is driven by one thread.
@@ -82,6 +86,7 @@ class ShardReader:
         *,
         max_records: int = MAX_GET_RECORDS_LIMIT,
         idle_backoff: float = 1.0,
+        min_read_interval: float = 0.0,
         max_attempts: int = 8,
         max_wait: float = 5.0,
         max_iterator_renewals: int = 3,
@@ -94,6 +99,8 @@ class ShardReader:
             )
         if idle_backoff < 0:
             raise ConfigurationError(f"idle_backoff must be >= 0 seconds, got {idle_backoff}")
+        if min_read_interval < 0:
+            raise ConfigurationError(f"min_read_interval must be >= 0 seconds, got {min_read_interval}")
         if max_attempts < 1:
             raise ConfigurationError(f"max_attempts must be >= 1, got {max_attempts}")
         if not isinstance(start, Position | InitialPosition):
@@ -107,6 +114,7 @@ class ShardReader:
         self.start = start
         self.max_records = max_records
         self.idle_backoff = idle_backoff
+        self.min_read_interval = min_read_interval
         self.max_attempts = max_attempts
         self.retry_option = retry_option
         self.max_wait = max_wait
@@ -161,6 +169,7 @@ class ShardReader:
             return ReadResult([], self._millis_behind, True, 0.0, self._children)
         if self.stop_event.is_set():
             return ReadResult([], self._millis_behind, False, 0.0, stopped=True)
+        started = time.monotonic()
         try:
             response = self._get_records()
         except ShutdownRequested:
@@ -177,15 +186,17 @@ class ShardReader:
         if self._resume is not None:
             resume = self._resume
             records = [r for r in records if r.position > resume]
-        return self._deliver(records)
+        at_tip = self._millis_behind in (0, None) and len(raw) < self.max_records
+        pause = self.idle_backoff if at_tip else self.min_read_interval - (time.monotonic() - started)
+        return self._deliver(records, max(0.0, pause))
 
-    def _deliver(self, records: list[Record]) -> ReadResult:
+    def _deliver(self, records: list[Record], pause: float = 0.0) -> ReadResult:
+        """``pause``: the wait this GetRecords call asks for (none while records are held back)."""
         if records:
             self._resume = records[-1].position
             self.stats.records_delivered += len(records)
         ended = self.shard_ended
-        caught_up = self._millis_behind in (0, None)
-        wait = self.idle_backoff if not records and not ended and caught_up else 0.0
+        wait = 0.0 if ended or self._pending else pause
         return ReadResult(records, self._millis_behind, ended, wait, self._children if ended else ())
 
     def iter_records(

@@ -47,7 +47,8 @@ def make_reader(
     if not spec.fanout:
         return ShardReader(
             kinesis_client, spec.stream, shard_id, start,
-            max_records=config.max_records, idle_backoff=config.idle_backoff, stop_event=stop_event,
+            max_records=config.max_records, idle_backoff=config.idle_backoff,
+            min_read_interval=config.min_read_interval, stop_event=stop_event,
             max_attempts=attempts, retry_option=option,
         )
     registration = registrations.get(spec.key_prefix)

@@ -182,11 +182,18 @@ def default_worker_id() -> str:
     return f"{socket.gethostname()}-{os.getpid()}"
 
 
-def _seconds(name: str, value: object, *, allow_none: bool = False) -> float | None:
+def _seconds(name: str, value: object, *, allow_none: bool = False, allow_zero: bool = False) -> float | None:
     if value is None and allow_none:
         return None
-    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value) or value <= 0:
-        raise ConfigurationError(f"{name} must be a finite number of seconds > 0, got {value!r}")
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, int | float)
+        or not math.isfinite(value)
+        or value < 0
+        or (value == 0 and not allow_zero)
+    ):
+        bound = ">= 0" if allow_zero else "> 0"
+        raise ConfigurationError(f"{name} must be a finite number of seconds {bound}, got {value!r}")
     return float(value)
 
 
@@ -217,8 +224,10 @@ class WorkerConfig:
     ``shutdown_grace``: how long a graceful stop (SIGTERM) waits for processors to finish and
     hand their leases off; keep it below the pod's ``terminationGracePeriodSeconds``.
 
-    Reading: ``max_records`` per GetRecords (1..10000), ``idle_backoff`` between empty reads
-    when caught up (Kinesis allows 5 GetRecords per second per shard),
+    Reading: ``max_records`` per GetRecords (1..10000); Kinesis allows 5 GetRecords per second
+    per shard, shared by every application reading it, so a shard is polled once per
+    ``idle_backoff`` at its tip (records or not; AWS advises one poll a second per application)
+    and at most once per ``min_read_interval`` while catching up (4 a second by default);
     ``kinesis_retry_attempts`` (attempts per Kinesis call on throttling, 5xx and connection
     errors, with jittered exponential backoff), ``shard_sync_interval``
     (how long a ListShards listing is cached; new shards are found within it).
@@ -262,6 +271,7 @@ class WorkerConfig:
     shutdown_grace: float = 20.0
     max_records: int = 10000
     idle_backoff: float = 1.0
+    min_read_interval: float = 0.25
     kinesis_retry_attempts: int = 8
     shard_sync_interval: float = 30.0
     create_table: bool = True
@@ -331,10 +341,8 @@ class WorkerConfig:
             )
         if self.reads not in ("scan", "scoped"):
             raise ConfigurationError(f"reads must be 'scan' or 'scoped', got {self.reads!r}")
-        if isinstance(self.idle_backoff, bool) or not isinstance(self.idle_backoff, int | float) or not (
-            math.isfinite(self.idle_backoff) and self.idle_backoff >= 0
-        ):
-            raise ConfigurationError(f"idle_backoff must be a number of seconds >= 0, got {self.idle_backoff!r}")
+        _seconds("idle_backoff", self.idle_backoff, allow_zero=True)
+        _seconds("min_read_interval", self.min_read_interval, allow_zero=True)
         if not isinstance(self.processor_retry, ProcessorRetryPolicy):
             raise ConfigurationError(
                 f"processor_retry must be a kinesis.ProcessorRetryPolicy, got {self.processor_retry!r}"
