@@ -30,28 +30,28 @@ def test_ticks_are_counted_and_timed_light_rounds_only_counted() -> None:
     assert counts == {"ticks": 1, "refreshes": 1}
 
 
-def test_a_table_read_clears_the_last_error(caplog: pytest.LogCaptureFixture) -> None:
-    r, counts, clock = record()
+@pytest.mark.parametrize(("error", "level", "traceback"), [
+    (LeaseTableError("throttled"), logging.WARNING, False),  # a table error: a warning
+    (ValueError("a bug"), logging.ERROR, True),  # anything else: logged with its traceback
+])
+def test_a_failed_round_is_counted_kept_and_logged(
+    caplog: pytest.LogCaptureFixture, error: Exception, level: int, traceback: bool,
+) -> None:
+    r, counts, _ = record()
     with caplog.at_level(logging.WARNING, logger=LOGGER):
         try:
-            raise LeaseTableError("throttled")
-        except LeaseTableError as exc:
+            raise error
+        except Exception as exc:
             r.failed(exc)
-    assert r.last_error == "LeaseTableError: throttled" and counts["lease_loop_errors"] == 1
+    assert r.last_error == f"{type(error).__name__}: {error}" and counts == {"lease_loop_errors": 1}
     (entry,) = caplog.records
-    assert entry.levelno == logging.WARNING and entry.exc_info is None  # a table error: no traceback
+    assert (entry.name, entry.levelno, entry.exc_info is not None) == (LOGGER, level, traceback)
+
+
+def test_a_table_read_clears_the_last_error() -> None:
+    r, _, clock = record()
+    r.failed(LeaseTableError("throttled"))
+    assert r.last_error is not None
     clock.advance(1.0)
     r.table_read()
     assert (r.last_error, r.last_table_read_at) == (None, 11.0)
-
-
-def test_an_unexpected_error_is_logged_with_its_traceback(caplog: pytest.LogCaptureFixture) -> None:
-    r, counts, _ = record()
-    try:
-        raise ValueError("a bug")
-    except ValueError as exc:
-        r.failed(exc)
-    assert r.last_error == "ValueError: a bug" and counts["lease_loop_errors"] == 1
-    (entry,) = caplog.records
-    assert entry.levelno == logging.ERROR and entry.exc_info is not None
-    assert entry.name == LOGGER
