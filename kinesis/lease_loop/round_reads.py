@@ -68,7 +68,7 @@ class RoundReads:
         self._record = record
         self._clock = clock
         self.last_plan: Assignment | None = None
-        """The plan of the last round that could make one (None if none could be made)."""
+        """The plan of the last round that read the member list (None: no plan could be made)."""
         self.last_full: TableSnapshot | None = None
         """The last full scan."""
 
