@@ -6,9 +6,9 @@ snapshot -> decisions -> writes; each part is a module of its own:
 1. (ticks only, every ``tick_interval``) renew the held leases (:mod:`.holder`: a lost
    lease is told to the listener at once) and heartbeat a driven membership
    (:mod:`.member_list`);
-2. read: one consistent scan, or with ``reads="scoped"`` only the rows that can change this
-   member's decisions (:mod:`.scoped_reads`); update the expiry timers and suspicions
-   (:mod:`.observations`);
+2. read (:mod:`.round_reads`): one consistent scan, or with ``reads="scoped"`` only the rows
+   that can change this member's decisions (:mod:`.scoped_reads`); update the expiry timers
+   and suspicions (:mod:`.observations`);
 3. plan the provider's keys (:mod:`.resource_keys`) over the listed members (:mod:`.planner`);
 4. decide over one :class:`~.decisions.Snapshot` (:mod:`.decisions` holds the rules: expiry,
    takeover order, suspects, who may receive a hand-off): adopt what was handed to this
@@ -26,7 +26,7 @@ Threads, and what each touches:
 * **The round thread**: "lease-coordinator-<id>" (:meth:`start`), or whoever calls
   :meth:`tick` / :meth:`refresh` (tests, with a :class:`~.clock.FakeClock`), or :meth:`stop`
   for a coordinator never started. Rounds run one at a time under the round lock
-  (``_tick_lock``), and all round state is touched only under it: the observations
+  (:mod:`.lifecycle`), and all round state is touched only under it: the observations
   (timers, suspects, the expiry schedule), the keys taken this round, the last full scan,
   the resource-key cache, the planner and :class:`~.scoped_reads.ScopedReads`, the write
   pool. **Every listener callback runs here** (also for leases a checkpoint found lost);
@@ -36,30 +36,26 @@ Threads, and what each touches:
   writes of one round; each touches one held lease, under its own lock, and the counters.
 * **Processing threads**: :meth:`checkpoint`, :meth:`release`, :meth:`holds`,
   :meth:`lease`, :meth:`held_keys`, :meth:`status`, :attr:`counters`.
-* **The stopping thread**: :meth:`stop` sets the lifecycle flags, waits for the round
-  thread, then drops what is left under the round lock.
+* **The stopping thread**: :meth:`stop` (:mod:`.lifecycle`) sets the lifecycle flags, waits
+  for the round thread, then drops what is left under the round lock.
 
 So the holder is the only state shared across threads: its lock guards the held leases,
 the counters and the lifecycle flags (``stopping``, the loop's thread and stop deadline).
 Other threads read only single values the round replaces whole (``last_plan``, the suspect
-ids, tick and read times, the last error, which thread runs a round).
+ids, tick and read times and the last error (:mod:`.round_record`), which thread runs a round).
 """
 
 from __future__ import annotations
 
-import contextlib
 import logging
-import threading
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterable, Mapping
 from dataclasses import replace
 
 from hashring import Assignment, Membership
-from kinesis.errors import ConfigurationError, KinesisHashRingError
-from kinesis.lease_loop import decisions
 from kinesis.lease_loop.acquisitions import Acquisitions
 from kinesis.lease_loop.clock import MONOTONIC, Clock
 from kinesis.lease_loop.coordinator_settings import CoordinatorSettings
-from kinesis.lease_loop.decisions import Snapshot
+from kinesis.lease_loop.decisions import adoptions, takes
 from kinesis.lease_loop.handoffs import Handoffs
 from kinesis.lease_loop.holder import Held, LeaseHolder
 from kinesis.lease_loop.lease_listener import (
@@ -72,14 +68,17 @@ from kinesis.lease_loop.lease_listener import (
     ResourceProvider,
     completion_done,
 )
-from kinesis.lease_loop.lease_model import TRIM_HORIZON, Checkpoint, Lease, TableSnapshot
+from kinesis.lease_loop.lease_model import TRIM_HORIZON, Checkpoint, Lease
 from kinesis.lease_loop.lease_timing import LeaseTiming
 from kinesis.lease_loop.leases import LeaseTable
+from kinesis.lease_loop.lifecycle import Lifecycle
 from kinesis.lease_loop.member_list import MemberList
 from kinesis.lease_loop.observations import Observations
 from kinesis.lease_loop.planner import Planner
 from kinesis.lease_loop.resource_keys import ResourceKeys
 from kinesis.lease_loop.round_loop import RoundLoop, Rounds
+from kinesis.lease_loop.round_reads import RoundReads, RoundView
+from kinesis.lease_loop.round_record import RoundRecord
 from kinesis.lease_loop.scoped_reads import ScopedReads
 from kinesis.lease_loop.write_pool import WritePool
 
@@ -194,37 +193,25 @@ class LeaseCoordinator:
         self._listener = GuardedListener(s.listener, me, self._count)
         self._loop = RoundLoop(Rounds(self.tick, self.refresh, self._complete_ready_handoffs, self._next_expiry,
                                       self._holder.holding, self._holder.has_pending_handoffs), t)
-        self._stopped = False
-        self._stop_done = threading.Event()  # set when the first stop() call has finished
-        self._stop_result = False
-        self._ticking: threading.Thread | None = None  # the thread running a round now
-        self._tick_lock = threading.Lock()  # the round lock: one round at a time; guards what follows
-        self._obs = Observations(me)
-        self._members = MemberList(membership, s.drive, me, self._count, clock, self._obs.membership)
-        self._keys = ResourceKeys(s.resources, me, self._count)
-        self._scoped = ScopedReads(me)  # what a scoped round reads (no I/O)
-        self._planner = Planner(me, s.replicas, s.weights, self._scoped if s.reads == "scoped" else None)
         self._pool = WritePool(s.write_threads, me)
+        self._life = Lifecycle(self._holder, self._loop, self._pool, membership, me)  # the round lock
+        self._record = RoundRecord(me, self._count, clock)  # read by status() from any thread
+        self._obs = Observations(me)  # the rest is touched by the round only
+        self._members = MemberList(membership, s.drive, me, self._count, clock, self._obs.membership)
+        self._scoped = ScopedReads(me)  # what a scoped round reads (no I/O)
+        planner = Planner(me, s.replicas, s.weights, self._scoped if s.reads == "scoped" else None)
+        self._reads = RoundReads(me, s, self._holder, self._members, ResourceKeys(s.resources, me, self._count),
+                                 self._obs, self._scoped, planner, self._record, clock)
         self._acquisitions = Acquisitions(self._holder, self._listener, self._pool, me, clock, s.initial_checkpoint)
         self._handoffs = Handoffs(self._holder, self._listener, self._pool, me, self._loop.wake)
         self._fresh: set[str] = set()  # keys acquired during the current round
-        self._last_full: TableSnapshot | None = None  # the last full scan
-        self._ticks = 0  # these are read by status() from any thread: plain values
-        self._last_tick_at: float | None = None
-        self._last_table_read_at: float | None = None
-        self._last_error: str | None = None
-        self.last_plan: Assignment | None = None
-        """The plan computed on the last tick (None if none could be made)."""
 
     # --- public API --------------------------------------------------------------------
 
     def start(self) -> LeaseCoordinator:
         """Run ticks every ``tick_interval`` and light rounds every ``scan_interval`` (real
         time) on a daemon thread."""
-        with self._lock:
-            if self._stopped or self._loop.stopped.is_set():
-                raise ConfigurationError("a stopped coordinator cannot be restarted: build a new one")
-            self._loop.start(f"lease-coordinator-{self.member_id}")
+        self._life.start()
         return self
 
     def tick(self) -> None:
@@ -246,38 +233,7 @@ class LeaseCoordinator:
         renewing. Only the first call acts; later (or concurrent) calls wait for it and
         return its result.
         """
-        if self._ticking is threading.current_thread():
-            raise RuntimeError(
-                "stop() was called from a listener callback (the tick thread): call it from "
-                "another thread, e.g. the one handling SIGTERM"
-            )
-        with self._lock:
-            first = not self._loop.stopped.is_set()
-            if first:  # a crash (not graceful) must not plan without this member meanwhile
-                self._holder.stopping = graceful
-                self._loop.stop(graceful, timeout if timeout is not None else self.lease_duration)
-        if not first:  # the first call does the work; later calls get its result
-            self._stop_done.wait()
-            return self._stop_result
-        self._loop.wake.set()
-        leave = getattr(self.membership, "leave", None)
-        if graceful and callable(leave):
-            try:
-                leave()
-            except Exception:
-                log.exception("%s: leaving the membership failed", self.member_id)
-        self._loop.finish()
-        with self._tick_lock, self._lock:  # no round (not even a manual tick) goes on after this
-            self._stopped = True
-            left = self._holder.drop_all()
-            self._pool.shutdown()
-        if left:
-            (log.warning if graceful else log.info)(
-                "%s stopped with leases left to expire: %s", self.member_id, left
-            )
-        self._stop_result = graceful and not left
-        self._stop_done.set()
-        return self._stop_result
+        return self._life.stop(graceful, timeout if timeout is not None else self.lease_duration)
 
     def checkpoint(self, key: str, checkpoint: Checkpoint | str | object) -> Lease:
         """Checkpoint a held lease (from any thread); fenced by owner + counter.
@@ -322,13 +278,18 @@ class LeaseCoordinator:
                 held=tuple(sorted(self._holder.keys())),
                 pending_handoffs=self._holder.pending_handoffs(),
                 suspects=self._obs.suspect_ids,
-                ticks=self._ticks,
-                last_tick_at=self._last_tick_at,
+                ticks=self._record.ticks,
+                last_tick_at=self._record.last_tick_at,
                 counters=self._holder.counters(),
-                last_table_read_at=self._last_table_read_at,
+                last_table_read_at=self._record.last_table_read_at,
                 last_membership_at=self._members.last_read_at,
-                last_error=self._last_error,
+                last_error=self._record.last_error,
             )
+
+    @property
+    def last_plan(self) -> Assignment | None:
+        """The plan computed on the last tick (None if none could be made)."""
+        return self._reads.last_plan
 
     @property
     def counters(self) -> Mapping[str, int]:
@@ -349,51 +310,28 @@ class LeaseCoordinator:
 
     # --- rounds --------------------------------------------------------------------------
 
-    @contextlib.contextmanager
-    def _exclusive(self) -> Iterator[bool]:
-        """Hold the round lock as the tick thread (listener callbacks run here); False: stopped."""
-        with self._tick_lock:
-            if self._stopped:
-                yield False
-                return
-            self._ticking = threading.current_thread()
-            try:
-                yield True
-            finally:
-                self._ticking = None
-
     def _round(self, *, full: bool) -> None:
-        with self._exclusive() as running:
+        with self._life.exclusive() as running:
             if not running:
                 return
             try:
                 self._tick(full=full)
             except Exception as exc:
-                self._count("lease_loop_errors")
-                self._last_error = f"{type(exc).__name__}: {exc}"
-                if isinstance(exc, KinesisHashRingError):
-                    log.warning("%s: lease loop round failed: %s", self.member_id, exc)
-                else:
-                    log.exception("%s: lease loop round failed", self.member_id)
+                self._record.failed(exc)
             finally:
-                if full:
-                    self._ticks += 1
-                    self._count("ticks")
-                    self._last_tick_at = self.clock()
-                else:
-                    self._count("refreshes")
+                self._record.finished(full=full)
 
     def _next_expiry(self) -> float:
         """Seconds until the next lease held by someone else expires unless renewed (a
         crashed holder's leases are then taken at that moment, not at the next round)."""
         now = self.clock()
-        with self._tick_lock:
+        with self._life.round_lock:
             due = self._obs.next_expiry(self._holder.keys(), self.lease_duration, now)
         return due - now + _EXPIRY_MARGIN
 
     def _complete_ready_handoffs(self) -> None:
         """Write the hand-offs whose listener finished since the last round (last plan's target)."""
-        with self._exclusive() as running:
+        with self._life.exclusive() as running:
             try:
                 if running:
                     self._handoffs.complete(self._holder.ready_handoffs())
@@ -410,93 +348,18 @@ class LeaseCoordinator:
             self._holder.renew_all(self._pool, self._lost)
         if full and not self._holder.stopping:
             self._members.heartbeat()
-        if self.reads == "scoped" and not self._sweep_due():
-            self._scoped_round(full=full)
-            return
-        # scoped reads sweep eventually consistent (every write is conditional on what it read)
-        snapshot = self.table.scan(consistent=self.reads == "scan")
-        self._last_full = snapshot
-        self._scoped.swept(self.clock())
-        self._last_table_read_at = self.clock()
-        self._last_error = None
-        self._members.observe(snapshot)
-        now = self.clock()
-        active = self._obs.observe(snapshot.leases, now)
-        listed = self._read_members()
-        if listed is None:
-            return
-        keys = self._keys(snapshot)
-        self._obs.keep_missing(set(keys))
-        snap = self._snapshot(now, snapshot.leases, keys)
-        self._obs.suspect(snap, active)
-        ready = self.member_id in listed and not self._holder.stopping
-        plan = self._planner(listed, self._obs.suspicions.suspects, keys, snapshot.leases, ready=ready)
-        self.last_plan = plan
-        self._decide(snap, plan, keys, keys, ready)
+        view = self._reads.read(full=full)
+        if view is not None:
+            self._decide(view)
 
-    def _scoped_round(self, *, full: bool) -> None:
-        """A round without a scan: plan from (members, keys) alone, then read only the rows
-        that can change a decision of this member (planned for it but not held; its backup
-        keys every ``backup_check_interval``), eventually consistent (every write is
-        conditional on what it read, so a stale row costs time, never safety)."""
-        assert self._last_full is not None
-        listed = self._read_members()
-        if listed is None:
-            return
-        keys = self._keys(self._last_full)
-        ready = self.member_id in listed and not self._holder.stopping
-        plan = self._planner(listed, self._obs.suspicions.suspects, keys, self._last_full.leases, ready=ready)
-        now = self.clock()
-        self._scoped.new_plan(self.last_plan, plan, now)
-        self.last_plan = plan
-        held = self._holder.keys()
-        wanted, samples = self._scoped.rows_to_read(  # samples: holder -> its one backup row read
-            plan, held, keys, now, full=full, interval=self.backup_check_interval,
-            tick_interval=self.tick_interval, lease_duration=self.lease_duration)
-        rows = self.table.get_many(wanted) if wanted else {}
-        if rows or held:
-            self._last_table_read_at = self.clock()
-            self._last_error = None
-        seen = {k: (s.counter, s.owner, s.since) for k in samples.values()
-                if (s := self._obs.seen.get(k)) is not None}
-        self._scoped.judge(samples, rows, seen, now, self.tick_interval)
-        found = {k: v for k, v in rows.items() if v is not None}
-        active = self._obs.observe(found, now, partial=True)
-        self._scoped.alive(active)
-        to_take = sorted(wanted)
-        snap = self._snapshot(now, found, to_take)
-        self._obs.suspect(snap, active)
-        self._decide(snap, plan, keys, to_take, ready)
-
-    def _read_members(self) -> list[str] | None:
-        """The member list; None if unreadable (this round then only renews)."""
-        listed = self._members.read()
-        if listed is None:
-            self._last_error = self._members.error
-        return listed
-
-    def _sweep_due(self) -> bool:
-        """Scoped reads: sweep (scan) at start, then as :meth:`ScopedReads.sweep_due` says."""
-        return self._last_full is None or self._scoped.sweep_due(self.clock(), self.sweep_interval,
-                                                                 self._members.peek)
-
-    def _snapshot(self, now: float, rows: Mapping[str, Lease], to_take: Sequence[str]) -> Snapshot:
-        return Snapshot(now=now, me=self.member_id, timing=self.timing, rows=rows,
-                        seen=self._obs.timers(rows, to_take), held=self._holder.keys(),
-                        suspicions=self._obs.suspicions, max_concurrent_handoffs=self.max_concurrent_handoffs)
-
-    def _decide(self, snap: Snapshot, plan: Assignment | None, keys: list[str], to_take: Sequence[str],
-                ready: bool) -> None:
-        """Adopt, take and hand off as the decisions over ``snap`` (with this round's plan) say."""
-        planned = self._scoped.index(plan).planned if self.reads == "scoped" and plan is not None else frozenset(keys)
-        snap = replace(snap, suspicions=self._obs.suspicions, plan=plan, planned=planned,
-                       held=self._holder.keys(), stopping=self._holder.stopping)
-        last_full = self._last_full.leases if self._last_full is not None else {}
-        self._acquisitions.run(decisions.adoptions(snap), self._fresh, self._obs.seen, last_full)
-        if ready and plan is not None and self._ticks >= self.warmup_ticks:
-            taking = decisions.takes(replace(snap, held=self._holder.keys()), to_take)
+    def _decide(self, view: RoundView) -> None:
+        """Adopt, take and hand off as the decisions over the round's view say."""
+        snap = replace(view.snap, held=self._holder.keys(), stopping=self._holder.stopping)
+        self._acquisitions.run(adoptions(snap), self._fresh, self._obs.seen, view.last_full)
+        if view.ready and snap.plan is not None and self._record.ticks >= self.warmup_ticks:
+            taking = takes(replace(snap, held=self._holder.keys()), view.to_take)
             self._obs.start_timers(taking.timers)
-            self._acquisitions.run(taking.takes, self._fresh, self._obs.seen, last_full)
+            self._acquisitions.run(taking.takes, self._fresh, self._obs.seen, view.last_full)
         self._handoffs.run(snap, self._fresh)
 
     def _lost(self, key: str, h: Held) -> None:

@@ -1,0 +1,155 @@
+"""``RoundReads``: what a round reads, and the snapshot and plan it makes of it.
+
+Steps 2-3 of a round (see :mod:`~kinesis.lease_loop.coordinator`), one of two ways:
+
+* a *scan* (every round with ``reads="scan"``): one consistent scan of the table (fed to a
+  driven membership), then the member list; the provider's keys are planned over the listed
+  members (:mod:`.planner`, from the current owners), and any of them may be taken;
+* a *scoped* round (``reads="scoped"``): the member list and the keys (the provider sees the
+  last full scan) are planned first, then only the rows that can change this member's
+  decisions are read (:mod:`.scoped_reads` says which), and only those may be taken. Rows
+  are read with BatchGetItem, eventually consistent: every write is conditional on what it
+  read, so a stale row costs time, never safety. The table is *swept* (a scan, eventually
+  consistent) at start, then every ``sweep_interval`` by the two sweepers.
+
+Either way the expiry timers and suspicions are updated from the rows read
+(:mod:`.observations`) and the round gets a :class:`RoundView`: the
+:class:`~kinesis.lease_loop.decisions.Snapshot` its decisions judge. An unreadable member
+list gives none (the round then only renews). Used by the round only, under the round lock.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
+
+from hashring import Assignment
+from kinesis.lease_loop.clock import Clock
+from kinesis.lease_loop.coordinator_settings import CoordinatorSettings
+from kinesis.lease_loop.decisions import Snapshot
+from kinesis.lease_loop.holder import LeaseHolder
+from kinesis.lease_loop.lease_model import Lease, TableSnapshot
+from kinesis.lease_loop.member_list import MemberList
+from kinesis.lease_loop.observations import Observations
+from kinesis.lease_loop.planner import Planner
+from kinesis.lease_loop.resource_keys import ResourceKeys
+from kinesis.lease_loop.round_record import RoundRecord
+from kinesis.lease_loop.scoped_reads import ScopedReads
+
+
+@dataclass(frozen=True)
+class RoundView:
+    """What one round decides on."""
+
+    snap: Snapshot
+    """The rows read with their timers, the suspicions and the plan (the held leases as read)."""
+    to_take: Sequence[str]
+    """The keys the round may take: all of them (a scan) or the rows read (scoped)."""
+    ready: bool
+    """Whether this member may take leases (listed and not stopping)."""
+    last_full: Mapping[str, Lease]
+    """The rows of the last full scan (the log names who handed a lease off)."""
+
+
+class RoundReads:
+    """The reads of ``member_id``'s rounds (see the module docs)."""
+
+    def __init__(self, member_id: str, settings: CoordinatorSettings, holder: LeaseHolder, members: MemberList,
+                 keys: ResourceKeys, observations: Observations, scoped: ScopedReads, planner: Planner,
+                 record: RoundRecord, clock: Clock):
+        self._me = member_id
+        self._s = settings
+        self._holder = holder
+        self._members = members
+        self._keys = keys
+        self._obs = observations
+        self._scoped = scoped
+        self._planner = planner
+        self._record = record
+        self._clock = clock
+        self.last_plan: Assignment | None = None
+        """The plan of the last round that read the member list (None: no plan could be made)."""
+        self.last_full: TableSnapshot | None = None
+        """The last full scan."""
+
+    def read(self, *, full: bool) -> RoundView | None:
+        """This round's view; None if the member list is unreadable. ``full``: a tick."""
+        if self._s.reads == "scoped" and not self._sweep_due():
+            return self._scoped_round(full=full)
+        # scoped reads sweep eventually consistent (every write is conditional on what it read)
+        snapshot = self._holder.table.scan(consistent=self._s.reads == "scan")
+        self.last_full = snapshot
+        self._scoped.swept(self._clock())
+        self._record.table_read()
+        self._members.observe(snapshot)
+        now = self._clock()
+        active = self._obs.observe(snapshot.leases, now)
+        listed = self._read_members()
+        if listed is None:
+            return None
+        keys = self._keys(snapshot)
+        self._obs.keep_missing(set(keys))
+        snap = self._snapshot(now, snapshot.leases, keys)
+        self._obs.suspect(snap, active)
+        ready = self._me in listed and not self._holder.stopping
+        plan = self._planner(listed, self._obs.suspicions.suspects, keys, snapshot.leases, ready=ready)
+        self.last_plan = plan
+        return self._view(snap, plan, keys, keys, ready)
+
+    def _scoped_round(self, *, full: bool) -> RoundView | None:
+        """A round without a scan: plan from (members, keys) alone, then read only the rows
+        that can change a decision of this member (planned for it but not held; its backup
+        keys every ``backup_check_interval``; on a tick with nothing else, one key)."""
+        assert self.last_full is not None
+        listed = self._read_members()
+        if listed is None:
+            return None
+        keys = self._keys(self.last_full)
+        ready = self._me in listed and not self._holder.stopping
+        plan = self._planner(listed, self._obs.suspicions.suspects, keys, self.last_full.leases, ready=ready)
+        now = self._clock()
+        self._scoped.new_plan(self.last_plan, plan, now)
+        self.last_plan = plan
+        held = self._holder.keys()
+        timing = self._s.timing
+        wanted, samples = self._scoped.rows_to_read(  # samples: holder -> its one backup row read
+            plan, held, keys, now, full=full, interval=self._s.backup_check_interval,
+            tick_interval=timing.tick_interval, lease_duration=timing.lease_duration)
+        rows = self._holder.table.get_many(wanted) if wanted else {}
+        if rows or held:
+            self._record.table_read()
+        seen = {k: (s.counter, s.owner, s.since) for k in samples.values()
+                if (s := self._obs.seen.get(k)) is not None}
+        self._scoped.judge(samples, rows, seen, now, timing.tick_interval)
+        found = {k: v for k, v in rows.items() if v is not None}
+        active = self._obs.observe(found, now, partial=True)
+        self._scoped.alive(active)
+        to_take = sorted(wanted)
+        snap = self._snapshot(now, found, to_take)
+        self._obs.suspect(snap, active)
+        return self._view(snap, plan, keys, to_take, ready)
+
+    def _read_members(self) -> list[str] | None:
+        """The member list; None if unreadable (its error is then the round's last error)."""
+        listed = self._members.read()
+        if listed is None:
+            self._record.last_error = self._members.error
+        return listed
+
+    def _sweep_due(self) -> bool:
+        """Scoped reads: sweep (scan) at start, then as :meth:`ScopedReads.sweep_due` says."""
+        return self.last_full is None or self._scoped.sweep_due(self._clock(), self._s.sweep_interval,
+                                                                self._members.peek)
+
+    def _snapshot(self, now: float, rows: Mapping[str, Lease], to_take: Sequence[str]) -> Snapshot:
+        return Snapshot(now=now, me=self._me, timing=self._s.timing, rows=rows,
+                        seen=self._obs.timers(rows, to_take), held=self._holder.keys(),
+                        suspicions=self._obs.suspicions, max_concurrent_handoffs=self._s.max_concurrent_handoffs)
+
+    def _view(self, snap: Snapshot, plan: Assignment | None, keys: list[str], to_take: Sequence[str],
+              ready: bool) -> RoundView:
+        """The view of ``snap`` with this round's suspicions and plan (and the keys it may plan)."""
+        planned = self._scoped.index(plan).planned if self._s.reads == "scoped" and plan is not None else frozenset(keys)
+        snap = replace(snap, suspicions=self._obs.suspicions, plan=plan, planned=planned)
+        assert self.last_full is not None
+        return RoundView(snap, to_take, ready, self.last_full.leases)

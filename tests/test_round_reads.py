@@ -1,0 +1,178 @@
+"""RoundReads: what a round reads (a scan, or scoped rows and sweeps) and the view it makes.
+
+A table in memory that counts its reads and a FakeClock: no DynamoDB, no threads.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+
+from hashring import StaticMembership
+from hashring.errors import MembershipError
+from kinesis.lease_loop.clock import FakeClock
+from kinesis.lease_loop.coordinator_settings import CoordinatorSettings
+from kinesis.lease_loop.holder import LeaseHolder
+from kinesis.lease_loop.lease_listener import NullListener
+from kinesis.lease_loop.lease_model import TRIM_HORIZON, Lease, TableSnapshot
+from kinesis.lease_loop.lease_timing import LeaseTiming
+from kinesis.lease_loop.leases import LeaseTable
+from kinesis.lease_loop.member_list import MemberList
+from kinesis.lease_loop.observations import Observations
+from kinesis.lease_loop.planner import Planner
+from kinesis.lease_loop.resource_keys import ResourceKeys, provider_of
+from kinesis.lease_loop.round_reads import RoundReads
+from kinesis.lease_loop.round_record import RoundRecord
+from kinesis.lease_loop.scoped_reads import ScopedReads
+
+KEYS = [f"k{i:02d}" for i in range(40)]
+MEMBERS = ("a", "b", "c", "d")
+TIMING = LeaseTiming.of(3.0)
+SWEEP = 90.0
+
+
+class MemoryTable(LeaseTable):
+    """Lease rows in memory; records every scan (its consistency) and every batch read."""
+
+    def __init__(self, rows: Mapping[str, Lease]):
+        super().__init__(None, "memory-leases")
+        self.rows = dict(rows)
+        self.scans: list[bool] = []
+        self.gets: list[set[str]] = []
+
+    def scan(self, *, page_size: int | None = None, consistent: bool = True) -> TableSnapshot:
+        self.scans.append(consistent)
+        return TableSnapshot(dict(self.rows), {}, {}, read_at=0.0)
+
+    def get_many(self, keys: Iterable[str], *, consistent: bool = False) -> dict[str, Lease | None]:
+        wanted = set(keys)
+        self.gets.append(wanted)
+        return {k: self.rows.get(k) for k in wanted}
+
+
+class Unlisted(StaticMembership):
+    """A member list that cannot be read."""
+
+    def members(self) -> tuple[str, ...]:
+        raise MembershipError("the API server is away")
+
+
+@dataclass
+class Parts:
+    reads: RoundReads
+    table: MemoryTable
+    holder: LeaseHolder
+    record: RoundRecord
+    scoped: ScopedReads
+    clock: FakeClock
+
+
+def parts(me: str = "a", *, reads: str = "scan", members: Iterable[str] = ("a", "b"),
+          rows: Mapping[str, Lease] | None = None, membership: StaticMembership | None = None) -> Parts:
+    clock = FakeClock(100.0)
+    table = MemoryTable(rows or {})
+    settings = CoordinatorSettings(
+        timing=TIMING, replicas=1, write_threads=1, max_concurrent_handoffs=2, reads=reads,
+        sweep_interval=SWEEP, backup_check_interval=TIMING.lease_duration / 2, weights=None,
+        listener=NullListener(), resources=provider_of(KEYS), initial_checkpoint=TRIM_HORIZON,
+        drive=None, warmup_ticks=0,
+    )
+    membership = membership or StaticMembership(members, me)
+    holder = LeaseHolder(table, me, TIMING, clock)
+    record = RoundRecord(me, holder.count, clock)
+    observations = Observations(me)
+    member_list = MemberList(membership, None, me, holder.count, clock, observations.membership)
+    scoped = ScopedReads(me)
+    planner = Planner(me, 1, None, scoped if reads == "scoped" else None)
+    round_reads = RoundReads(me, settings, holder, member_list, ResourceKeys(settings.resources, me, holder.count),
+                             observations, scoped, planner, record, clock)
+    return Parts(round_reads, table, holder, record, scoped, clock)
+
+
+# --- reads="scan" ------------------------------------------------------------------------
+
+
+def test_a_scan_round_reads_every_row_consistently_and_may_take_every_key() -> None:
+    row = Lease("k03", "b", 7)
+    p = parts(rows={"k03": row})
+    view = p.reads.read(full=True)
+    assert view is not None
+    assert p.table.scans == [True] and p.table.gets == []
+    assert view.to_take == KEYS and view.snap.planned == frozenset(KEYS)
+    assert view.snap.rows == {"k03": row} and view.last_full == {"k03": row}
+    assert view.snap.seen["k03"].counter == 7  # the expiry timer started
+    plan = view.snap.plan
+    assert plan is not None and plan is p.reads.last_plan
+    assert set(plan.members) == {"a", "b"} and plan.owner("k03") == "b"  # planned from the holders
+    assert view.ready and view.snap.me == "a"
+    assert p.record.last_table_read_at == 100.0
+
+
+def test_a_member_not_listed_or_stopping_plans_without_itself_and_takes_nothing() -> None:
+    view = parts(members=("b",)).reads.read(full=True)
+    assert view is not None and not view.ready
+    assert view.snap.plan is not None and set(view.snap.plan.members) == {"b"}
+    p = parts()
+    p.holder.stopping = True
+    view = p.reads.read(full=True)
+    assert view is not None and not view.ready
+    assert view.snap.plan is not None and set(view.snap.plan.members) == {"b"}
+
+
+def test_an_unreadable_member_list_gives_no_view_and_is_the_last_error() -> None:
+    p = parts(membership=Unlisted(["a"], "a"))
+    assert p.reads.read(full=True) is None
+    assert p.table.scans == [True]  # the table was read (the round still renewed)
+    assert p.record.last_table_read_at == 100.0
+    assert p.record.last_error == "MembershipError: the API server is away"
+    assert p.reads.last_plan is None
+
+
+# --- reads="scoped" ----------------------------------------------------------------------
+
+
+def test_scoped_reads_sweep_at_start_then_read_only_the_rows_that_can_change_a_decision() -> None:
+    p = parts(reads="scoped", members=MEMBERS)
+    first = p.reads.read(full=True)
+    assert first is not None and p.table.scans == [False] and p.table.gets == []  # the start-up sweep
+    p.clock.advance(0.5)
+    view = p.reads.read(full=False)
+    assert view is not None and p.table.scans == [False]  # no scan in steady state
+    plan = view.snap.plan
+    assert plan is not None and plan is p.reads.last_plan
+    index = p.scoped.index(plan)
+    read = p.table.gets[-1]
+    samples = {keys[0] for keys in index.backed_up.values()}
+    assert set(index.primary) <= read <= set(index.primary) | samples
+    assert len(read) < len(KEYS) / 2  # its own keys and one sample per watched member
+    assert list(view.to_take) == sorted(read)
+    assert view.snap.planned == index.planned
+    assert view.last_full == {}  # the sweep's rows (none)
+
+
+def test_only_the_sweepers_sweep_again_after_sweep_interval() -> None:
+    sweepers = [m for m in MEMBERS if ScopedReads(m).is_sweeper(list(MEMBERS))]
+    assert len(sweepers) == 2
+    for me in MEMBERS:
+        p = parts(me, reads="scoped", members=MEMBERS)
+        p.reads.read(full=True)
+        p.clock.advance(SWEEP - 1)
+        p.reads.read(full=True)
+        assert len(p.table.scans) == 1, me  # not due yet
+        p.clock.advance(1)
+        p.reads.read(full=True)
+        p.clock.advance(SWEEP)
+        p.reads.read(full=True)
+        assert len(p.table.scans) == (3 if me in sweepers else 1), me
+
+
+def test_a_scoped_light_round_with_nothing_to_read_reads_nothing_a_tick_reads_one_key() -> None:
+    p = parts(reads="scoped", members=("b", "c"))  # not listed: nothing planned for it, nothing to watch
+    p.reads.read(full=True)
+    p.clock.advance(1.0)
+    view = p.reads.read(full=False)
+    assert view is not None and list(view.to_take) == [] and p.table.gets == []
+    assert p.record.last_table_read_at == 100.0  # nothing was read
+    view = p.reads.read(full=True)
+    assert view is not None and p.table.gets == [{KEYS[0]}]  # proof the table is reachable
+    assert p.record.last_table_read_at == 101.0
