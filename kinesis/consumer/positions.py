@@ -1,110 +1,218 @@
-"""Where a shard reader starts: an initial position, or just after a checkpointed record.
+"""A position in a shard: one type, :class:`Checkpoint`, for lease checkpoints, reader starts,
+processor checkpoints and Spark offsets.
 
-A *position* in a shard is a pair (sequence number, sub-sequence number). Sequence numbers are
-decimal strings of up to 128 bits and are compared as integers (never as strings). The
-sub-sequence number is the index of a user record inside a KPL aggregated record, and 0 for a
-plain record. ``Position`` always means "the record at this position and everything before it
-is done": a reader started from a ``Position`` delivers only records strictly after it. That is
-how a checkpoint is resumed, also in the middle of an aggregated record (KCL semantics: the
-Kinesis record is fetched again with ``AT_SEQUENCE_NUMBER`` and its sub-records up to and
-including the checkpointed sub-sequence number are skipped).
+A checkpoint is a record's (sequence number, sub-sequence number) or a sentinel:
+
+* :data:`TRIM_HORIZON`, :data:`LATEST` and ``Checkpoint.at_timestamp(dt)``: nothing was read
+  yet; a reader starts at that initial position.
+* a record position: "this record and everything before it is done"; a reader started from it
+  delivers only records strictly after it, also in the middle of a KPL aggregate (KCL
+  semantics: the Kinesis record is fetched again with ``AT_SEQUENCE_NUMBER`` and its
+  sub-records up to and including the checkpointed sub-sequence number are skipped).
+* :data:`SHARD_END`: the shard was read to its end and fully processed.
+
+Sequence numbers are decimal strings compared as integers (never as strings), then by
+sub-sequence number; the initial sentinels sort before every record and tie with each other,
+SHARD_END sorts after every record. A lease checkpoint is therefore itself a reader's start.
+
+:class:`Position` and :class:`InitialPosition` are not separate types: they build
+checkpoints of one kind (a record, an initial position), and ``isinstance(cp, Position)``
+tests a checkpoint's kind.
 """
 
 from __future__ import annotations
 
-import functools
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import ClassVar, Literal
+from typing import Any, ClassVar, Literal
 
-from kinesis.errors import ConfigurationError
+from kinesis.errors import ConfigurationError, InvalidCheckpointError
+from kinesis.sequence_numbers import (
+    SEQUENCE_DIGITS,
+    SUB_SEQUENCE_DIGITS,
+    check_sequence_number,
+    check_sub_sequence_number,
+)
 
 InitialPositionKind = Literal["LATEST", "TRIM_HORIZON", "AT_TIMESTAMP"]
+INITIAL: tuple[InitialPositionKind, ...] = ("TRIM_HORIZON", "LATEST", "AT_TIMESTAMP")
+SENTINELS = (*INITIAL, "SHARD_END")
+AFTER_SEQUENCE_NUMBER = "AFTER_SEQUENCE_NUMBER"
+"""The :attr:`Checkpoint.kind` of a record position (where a reader resumes from it)."""
 
 
-@functools.total_ordering
-@dataclass(frozen=True)
-class Position:
-    """A record's position in a shard; as a start point it means "strictly after this"."""
+@dataclass(frozen=True, eq=False)
+class Checkpoint:
+    """A position in a shard: a record's sequence number (+ sub-sequence) or a sentinel.
+
+    ``sequence_number`` is canonicalised (no leading zeros); a bad one raises
+    :class:`~kinesis.errors.InvalidSequenceNumberError`. Only AT_TIMESTAMP carries a
+    (timezone-aware) ``timestamp``.
+    """
 
     sequence_number: str
     sub_sequence_number: int = 0
+    timestamp: datetime | None = None
 
     def __post_init__(self) -> None:
-        if not isinstance(self.sequence_number, str) or not self.sequence_number.isdigit():
-            raise ConfigurationError(
-                f"sequence_number must be a decimal string such as '4959...', got "
-                f"{self.sequence_number!r}"
-            )
-        if not isinstance(self.sub_sequence_number, int) or self.sub_sequence_number < 0:
-            raise ConfigurationError(
-                f"sub_sequence_number must be an int >= 0, got {self.sub_sequence_number!r}"
-            )
+        seq = self.sequence_number
+        if not (isinstance(seq, str) and seq in SENTINELS):
+            object.__setattr__(self, "sequence_number", check_sequence_number(seq))
+        check_sub_sequence_number(self.sub_sequence_number)
+        if seq in SENTINELS:
+            if self.sub_sequence_number:
+                raise InvalidCheckpointError(f"the {seq} sentinel takes no sub-sequence number")
+            if (seq == "AT_TIMESTAMP") != (self.timestamp is not None):
+                raise InvalidCheckpointError(
+                    "AT_TIMESTAMP needs a timezone-aware timestamp (Checkpoint.at_timestamp(dt)); "
+                    "other checkpoints take none"
+                )
+            ts = self.timestamp
+            if ts is not None and (not isinstance(ts, datetime) or ts.tzinfo is None):
+                raise InvalidCheckpointError(
+                    f"AT_TIMESTAMP needs a timezone-aware datetime, got {ts!r}; "
+                    "use datetime(..., tzinfo=UTC)"
+                )
+        elif self.timestamp is not None:
+            raise InvalidCheckpointError("only the AT_TIMESTAMP sentinel carries a timestamp")
+
+    @classmethod
+    def at_timestamp(cls, timestamp: datetime) -> Checkpoint:
+        """The AT_TIMESTAMP initial position: the first record that arrived at or after
+        ``timestamp`` (timezone-aware)."""
+        return Checkpoint("AT_TIMESTAMP", 0, timestamp)
+
+    @classmethod
+    def of(cls, value: object) -> Checkpoint:
+        """A checkpoint argument of the lease API: a checkpoint, its string (a sequence number
+        or a sentinel name), or a record (its ``position``)."""
+        if isinstance(value, Checkpoint):
+            return value
+        position = getattr(value, "position", None)
+        return position if isinstance(position, Checkpoint) else Checkpoint(value)  # type: ignore[arg-type]
+
+    @property
+    def kind(self) -> str:
+        """The sentinel's name, or :data:`AFTER_SEQUENCE_NUMBER` for a record position."""
+        return self.sequence_number if self.sequence_number in SENTINELS else AFTER_SEQUENCE_NUMBER
+
+    @property
+    def is_initial(self) -> bool:
+        """True for TRIM_HORIZON, LATEST and AT_TIMESTAMP (never checkpointed)."""
+        return self.sequence_number in INITIAL
+
+    @property
+    def is_shard_end(self) -> bool:
+        """True for the SHARD_END sentinel."""
+        return self.sequence_number == "SHARD_END"
+
+    @property
+    def is_record(self) -> bool:
+        """True for a record position (a sequence number)."""
+        return self.sequence_number not in SENTINELS
 
     @property
     def key(self) -> tuple[int, int]:
-        """The sort key: (int(sequence_number), sub_sequence_number)."""
+        """A record position's (int(sequence_number), sub_sequence_number)."""
+        if not self.is_record:
+            raise InvalidCheckpointError(f"{self} is not a record position: it has no key")
         return int(self.sequence_number), self.sub_sequence_number
 
-    def __lt__(self, other: object) -> bool:
-        if not isinstance(other, Position):
-            return NotImplemented
-        return self.key < other.key
+    @property
+    def order_key(self) -> tuple[int, int, int]:
+        """(rank, sequence as int, sub-sequence): initial < any sequence < SHARD_END."""
+        if self.is_initial:
+            return (0, 0, 0)
+        if self.is_shard_end:
+            return (2, 0, 0)
+        return (1, int(self.sequence_number), self.sub_sequence_number)
 
-    def __eq__(self, other: object) -> bool:
-        if not isinstance(other, Position):
-            return NotImplemented
-        return self.key == other.key
-
-    def __hash__(self) -> int:
-        return hash(self.key)
+    @property
+    def order_string(self) -> str:
+        """A fixed-width string whose byte order is :attr:`order_key` order (for conditions)."""
+        rank, seq, sub = self.order_key
+        return f"{rank}:{seq:0{SEQUENCE_DIGITS}d}:{sub:0{SUB_SEQUENCE_DIGITS}d}"
 
     def to_dict(self) -> dict[str, str | int]:
-        """A JSON-friendly form: ``{"sequence_number": "...", "sub_sequence_number": 0}``."""
-        return {"sequence_number": self.sequence_number, "sub_sequence_number": self.sub_sequence_number}
+        """A record position as ``{"sequence_number": "...", "sub_sequence_number": 0}``."""
+        seq, sub = self.key
+        return {"sequence_number": str(seq), "sub_sequence_number": sub}
+
+    def _fields(self) -> tuple[str, int, datetime | None]:
+        return self.sequence_number, self.sub_sequence_number, self.timestamp
+
+    def __eq__(self, other: object) -> bool:
+        return self._fields() == other._fields() if isinstance(other, Checkpoint) else NotImplemented
+
+    def __hash__(self) -> int:
+        return hash(self._fields())
+
+    def __lt__(self, other: object) -> bool:
+        return self.order_key < other.order_key if isinstance(other, Checkpoint) else NotImplemented
+
+    def __le__(self, other: object) -> bool:
+        return self.order_key <= other.order_key if isinstance(other, Checkpoint) else NotImplemented
+
+    def __gt__(self, other: object) -> bool:
+        return self.order_key > other.order_key if isinstance(other, Checkpoint) else NotImplemented
+
+    def __ge__(self, other: object) -> bool:
+        return self.order_key >= other.order_key if isinstance(other, Checkpoint) else NotImplemented
+
+    def __str__(self) -> str:
+        if self.timestamp is not None:
+            return f"AT_TIMESTAMP:{self.timestamp.isoformat()}"
+        if self.sub_sequence_number:
+            return f"{self.sequence_number}/{self.sub_sequence_number}"
+        return self.sequence_number
+
+
+class _KindTest(type):
+    """``isinstance(cp, Position)`` asks whether the checkpoint ``cp`` is of that kind."""
+
+    def __instancecheck__(cls, instance: object) -> bool:
+        return isinstance(instance, Checkpoint) and cls._is_kind(instance)  # type: ignore[attr-defined]
+
+
+class Position(Checkpoint, metaclass=_KindTest):
+    """A record position, "strictly after this" as a start: ``Position(seq, sub)`` is
+    ``Checkpoint(seq, sub)`` for a sequence number only (a sentinel is refused)."""
+
+    def __new__(cls, sequence_number: str, sub_sequence_number: int = 0) -> Position:
+        return Checkpoint(check_sequence_number(sequence_number), sub_sequence_number)  # type: ignore[return-value]
+
+    @staticmethod
+    def _is_kind(cp: Checkpoint) -> bool:
+        return cp.is_record
 
     @classmethod
-    def from_dict(cls, value: dict[str, str | int]) -> Position:
-        """The inverse of :meth:`to_dict`."""
-        try:
-            return cls(str(value["sequence_number"]), int(value.get("sub_sequence_number", 0)))
-        except (KeyError, TypeError, ValueError) as exc:
+    def from_dict(cls, value: dict[str, Any]) -> Position:
+        """The inverse of :meth:`Checkpoint.to_dict`."""
+        if not isinstance(value, dict) or "sequence_number" not in value:
             raise ConfigurationError(
                 f"a position needs 'sequence_number' (and optionally 'sub_sequence_number'), "
                 f"got {value!r}"
-            ) from exc
+            )
+        return cls(value["sequence_number"], value.get("sub_sequence_number", 0))
 
 
-@dataclass(frozen=True)
-class InitialPosition:
-    """Where to start a shard that has no checkpoint: LATEST, TRIM_HORIZON or AT_TIMESTAMP."""
-
-    kind: InitialPositionKind
-    timestamp: datetime | None = None
+class InitialPosition(Checkpoint, metaclass=_KindTest):
+    """Where a shard without checkpoint starts: ``InitialPosition(kind, timestamp=None)`` is
+    the LATEST, TRIM_HORIZON or AT_TIMESTAMP checkpoint."""
 
     LATEST: ClassVar[InitialPosition]
     TRIM_HORIZON: ClassVar[InitialPosition]
 
-    def __post_init__(self) -> None:
-        if self.kind not in ("LATEST", "TRIM_HORIZON", "AT_TIMESTAMP"):
+    def __new__(cls, kind: InitialPositionKind, timestamp: datetime | None = None) -> InitialPosition:
+        if kind not in INITIAL:
             raise ConfigurationError(
-                f"initial position must be LATEST, TRIM_HORIZON or AT_TIMESTAMP, got {self.kind!r}"
+                f"initial position must be LATEST, TRIM_HORIZON or AT_TIMESTAMP, got {kind!r}"
             )
-        if (self.kind == "AT_TIMESTAMP") != (self.timestamp is not None):
-            raise ConfigurationError(
-                "AT_TIMESTAMP needs a timestamp (InitialPosition.at_timestamp(dt)); "
-                "LATEST and TRIM_HORIZON take none"
-            )
-        if self.timestamp is not None and self.timestamp.tzinfo is None:
-            raise ConfigurationError(
-                f"AT_TIMESTAMP needs a timezone-aware datetime, got naive {self.timestamp!r}; "
-                "use datetime(..., tzinfo=UTC)"
-            )
+        return Checkpoint(kind, 0, timestamp)  # type: ignore[return-value]
 
-    @classmethod
-    def at_timestamp(cls, timestamp: datetime) -> InitialPosition:
-        """Start at the first record that arrived at or after ``timestamp`` (timezone-aware)."""
-        return cls("AT_TIMESTAMP", timestamp)
+    @staticmethod
+    def _is_kind(cp: Checkpoint) -> bool:
+        return cp.is_initial
 
     @classmethod
     def parse(cls, text: str) -> InitialPosition:
@@ -121,29 +229,31 @@ class InitialPosition:
                     f"cannot parse the timestamp in {text!r}: use ISO 8601, e.g. "
                     "AT_TIMESTAMP:2024-05-01T12:00:00+00:00"
                 ) from exc
-            return cls.at_timestamp(ts if ts.tzinfo else ts.replace(tzinfo=UTC))
+            return cls("AT_TIMESTAMP", ts if ts.tzinfo else ts.replace(tzinfo=UTC))
         raise ConfigurationError(
             f"cannot parse initial position {text!r}: use LATEST, TRIM_HORIZON or "
             "AT_TIMESTAMP:<ISO 8601 timestamp>"
         )
 
-    def __str__(self) -> str:
-        return f"AT_TIMESTAMP:{self.timestamp.isoformat()}" if self.timestamp else self.kind
+
+TRIM_HORIZON = InitialPosition("TRIM_HORIZON")
+"""Initial position: start at the oldest record still in the shard."""
+LATEST = InitialPosition("LATEST")
+"""Initial position: start with records that arrive after the reader starts."""
+SHARD_END = Checkpoint("SHARD_END")
+"""The shard is closed and every record in it was processed: its children may start."""
+InitialPosition.LATEST = LATEST
+InitialPosition.TRIM_HORIZON = TRIM_HORIZON
 
 
-InitialPosition.LATEST = InitialPosition("LATEST")
-InitialPosition.TRIM_HORIZON = InitialPosition("TRIM_HORIZON")
-
-StartPosition = Position | InitialPosition
-"""Where a reader starts: just after a checkpointed :class:`Position`, or an initial position."""
-
-
-def iterator_args(start: StartPosition) -> dict[str, object]:
-    """The GetShardIterator arguments for ``start`` (``Position`` -> AT_SEQUENCE_NUMBER + filter)."""
-    if isinstance(start, Position):
+def iterator_args(start: Checkpoint) -> dict[str, object]:
+    """The GetShardIterator arguments for a reader's ``start`` (a record -> AT_SEQUENCE_NUMBER)."""
+    if start.is_record:
         # AT, not AFTER: the checkpoint may sit in the middle of an aggregated record; the
         # reader drops every sub-record <= the checkpoint, so the record itself is skipped too.
         return {"ShardIteratorType": "AT_SEQUENCE_NUMBER", "StartingSequenceNumber": start.sequence_number}
-    if start.kind == "AT_TIMESTAMP":
+    if start.is_shard_end:
+        raise InvalidCheckpointError("SHARD_END is not a start position: the shard is finished")
+    if start.timestamp is not None:
         return {"ShardIteratorType": "AT_TIMESTAMP", "Timestamp": start.timestamp}
-    return {"ShardIteratorType": start.kind}
+    return {"ShardIteratorType": start.sequence_number}
