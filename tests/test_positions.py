@@ -79,20 +79,17 @@ def _expected(seq: Any, sub: Any) -> str:
     raise AssertionError(f"{seq!r}/{sub!r} is valid")
 
 
-def _lease_row(seq: Any, sub: Any) -> None:
-    if not isinstance(seq, str) or isinstance(sub, bool) or not isinstance(sub, int):
-        pytest.skip("a lease row's attributes are typed S and N")
-    item = lease_to_item(Lease("orders/shardId-1", "m1", 3, Checkpoint("1")))
-    item.update(checkpoint={"S": seq}, checkpointSubSequenceNumber={"N": str(sub)})
-    lease_from_item(item)
+def _lease_row(seq_attr: str, sub_attr: str) -> Callable[[Any, Any], object]:
+    """Parse a lease row whose ``seq_attr``/``sub_attr`` hold the values."""
 
+    def parse(seq: Any, sub: Any) -> object:
+        if not isinstance(seq, str) or isinstance(sub, bool) or not isinstance(sub, int):
+            pytest.skip("a lease row's attributes are typed S and N")
+        item = lease_to_item(Lease("orders/shardId-1", "m1", 3, Checkpoint("1")))
+        item.update({seq_attr: {"S": seq}, sub_attr: {"N": str(sub)}})
+        return lease_from_item(item)
 
-def _pending_row(seq: Any, sub: Any) -> None:
-    if not isinstance(seq, str) or isinstance(sub, bool) or not isinstance(sub, int):
-        pytest.skip("a lease row's attributes are typed S and N")
-    item = lease_to_item(Lease("orders/shardId-1", "m1", 3, Checkpoint("1")))
-    item.update(pendingCheckpoint={"S": seq}, pendingCheckpointSubSequenceNumber={"N": str(sub)})
-    lease_from_item(item)
+    return parse
 
 
 def _lease_table_checkpoint(seq: Any, sub: Any) -> None:
@@ -126,11 +123,11 @@ ENTRY_POINTS: dict[str, tuple[Callable[[Any, Any], object], type[Exception], str
     "processor checkpointer": (_processor_checkpointer, CheckpointError, "{}"),
     "kclpy checkpointer": (_kclpy_checkpointer, KclpyCheckpointError, f"{ILLEGAL_ARGUMENT}: {{}}"),
     "lease row": (
-        _lease_row, CorruptLeaseError,
+        _lease_row("checkpoint", "checkpointSubSequenceNumber"), CorruptLeaseError,
         "lease row 'orders/shardId-1' is corrupt (bad checkpoint: {}); it is left untouched",
     ),
     "lease row pendingCheckpoint": (
-        _pending_row, CorruptLeaseError,
+        _lease_row("pendingCheckpoint", "pendingCheckpointSubSequenceNumber"), CorruptLeaseError,
         "lease row 'orders/shardId-1' is corrupt (bad pendingCheckpoint: {}); it is left untouched",
     ),
     "Spark offset": (_spark_offset, InvalidOffsetError, "offset entry orders/shardId-1: {}"),
