@@ -1,4 +1,5 @@
-"""The lease item, its checkpoint, and how both map to DynamoDB attributes.
+"""The lease item and how it and its checkpoint (a :class:`~kinesis.consumer.positions.Checkpoint`,
+re-exported here with its sentinels) map to DynamoDB attributes.
 
 One lease row per resource (e.g. per (consumer, stream, shard)); heartbeat rows of
 :class:`~kinesis.lease_loop.membership.DynamoDBMembership` live in the same table under the
@@ -38,7 +39,7 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any
 
-from kinesis.consumer.positions import LATEST as LATEST
+from kinesis.consumer.positions import LATEST as LATEST  # re-exported: the lease API's names
 from kinesis.consumer.positions import SHARD_END as SHARD_END
 from kinesis.consumer.positions import TRIM_HORIZON, Checkpoint
 from kinesis.errors import (
