@@ -1,4 +1,4 @@
-"""The lease item and how it and its checkpoint (a :class:`~kinesis.consumer.positions.Checkpoint`,
+"""The lease item and how it and its checkpoint (a :class:`~kinesis.lease_loop.checkpoints.Checkpoint`,
 re-exported here with its sentinels) map to DynamoDB attributes.
 
 One lease row per resource (e.g. per (consumer, stream, shard)); heartbeat rows of
@@ -39,9 +39,6 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any
 
-from kinesis.consumer.positions import LATEST as LATEST  # re-exported: the lease API's names
-from kinesis.consumer.positions import SHARD_END as SHARD_END
-from kinesis.consumer.positions import TRIM_HORIZON, Checkpoint
 from kinesis.errors import (
     CorruptCheckpointError,
     CorruptLeaseError,
@@ -49,6 +46,9 @@ from kinesis.errors import (
     InvalidLeaseKeyError,
     InvalidSequenceNumberError,
 )
+from kinesis.lease_loop.checkpoints import LATEST as LATEST  # re-exported: the lease API's names
+from kinesis.lease_loop.checkpoints import SHARD_END as SHARD_END
+from kinesis.lease_loop.checkpoints import TRIM_HORIZON, Checkpoint
 
 KEY = "leaseKey"
 OWNER = "leaseOwner"
