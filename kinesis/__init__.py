@@ -3,7 +3,14 @@
 from kinesis.consumer.fanout_reader import FanOutReader
 from kinesis.consumer.kclpy_adapter import KclpyProcessor
 from kinesis.consumer.kclpy_checkpointer import KclpyCheckpointError
-from kinesis.consumer.positions import InitialPosition, Position
+from kinesis.consumer.positions import (
+    LATEST,
+    SHARD_END,
+    TRIM_HORIZON,
+    Checkpoint,
+    InitialPosition,
+    Position,
+)
 from kinesis.consumer.prepared_checkpointer import PreparedCheckpointer
 from kinesis.consumer.processing_failures import FailedBatch, FailureAction, ProcessorRetryPolicy
 from kinesis.consumer.processor import Checkpointer, InitializationInput, RecordProcessor
@@ -19,6 +26,7 @@ from kinesis.errors import (
     DuplicateMemberIdError,
     FanOutConsumerLimitError,
     FanOutConsumerNotActiveError,
+    InvalidSequenceNumberError,
     KinesisAccessDeniedError,
     KinesisHashRingError,
     LeaseLostError,
@@ -37,15 +45,7 @@ from kinesis.lease_loop.coordinator import (
     LeaseListener,
     NullListener,
 )
-from kinesis.lease_loop.lease_model import (
-    LATEST,
-    SHARD_END,
-    TRIM_HORIZON,
-    Checkpoint,
-    Lease,
-    LeaseState,
-    TableSnapshot,
-)
+from kinesis.lease_loop.lease_model import Lease, LeaseState, TableSnapshot
 from kinesis.lease_loop.leases import LeaseTable
 from kinesis.lease_loop.membership import DynamoDBMembership
 from kinesis.log_setup import setup_logging
@@ -71,6 +71,7 @@ __all__ = [
     "FanOutReader",
     "InitialPosition",
     "InitializationInput",
+    "InvalidSequenceNumberError",
     "KclpyCheckpointError",
     "KclpyProcessor",
     "KinesisAccessDeniedError",

@@ -150,8 +150,21 @@ class InvalidLeaseKeyError(LeaseTableError, ValueError):
     """A lease key is empty, not a string, or uses the reserved ``__`` prefix."""
 
 
-class InvalidCheckpointError(LeaseTableError, ValueError):
-    """A checkpoint value is neither a decimal sequence number nor a known sentinel."""
+class InvalidCheckpointError(LeaseTableError, ConfigurationError):
+    """A position in a shard is malformed: a sentinel with a sub-sequence number, AT_TIMESTAMP
+    without a timezone-aware timestamp, or (:class:`InvalidSequenceNumberError`) a bad sequence
+    number."""
+
+
+class InvalidSequenceNumberError(InvalidCheckpointError, CheckpointError):
+    """A sequence number or sub-sequence number is malformed. The one validator
+    (:mod:`kinesis.sequence_numbers`) raises it, whatever the value came from: a constructor, a
+    checkpoint call, kclpy's checkpointer, a lease row or a Spark offset (the last two wrap its
+    message in theirs, naming the row or the offset entry)."""
+
+
+class CorruptCheckpointError(CorruptLeaseError, InvalidSequenceNumberError):
+    """A lease row whose checkpoint has a malformed sequence number (never overwritten)."""
 
 
 class CheckpointRegressionError(LeaseTableError, CheckpointError):
@@ -175,6 +188,10 @@ class InvalidOptionError(ConfigurationError):
 
 class InvalidOffsetError(KinesisHashRingError, ValueError):
     """A Spark offset for the ``kinesis`` source cannot be read (corrupt or foreign checkpoint)."""
+
+
+class InvalidOffsetSequenceNumberError(InvalidOffsetError, InvalidSequenceNumberError):
+    """A Spark offset entry has a malformed sequence number (the message names the entry)."""
 
 
 class OffsetRangeUnavailableError(KinesisHashRingError):

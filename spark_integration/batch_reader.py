@@ -17,7 +17,6 @@ from pyspark.sql.datasource import DataSourceReader, InputPartition
 from kinesis.consumer.shards import ShardDiscovery, shard_order
 from spark_integration.clients import client
 from spark_integration.fanout_range import ensure_consumers
-from spark_integration.offsets import Initial
 from spark_integration.options import KinesisOptions
 from spark_integration.partitions import (
     ShardRange,
@@ -37,10 +36,7 @@ class KinesisBatchReader(DataSourceReader):
         until_ms = int(time.time() * 1000)
         kinesis = client("kinesis", self.options)
         ensure_consumers(kinesis, self.options)
-        if self.options.initial_position == "AT_TIMESTAMP":
-            begin = Initial("AT_TIMESTAMP", self.options.initial_timestamp_ms)
-        else:
-            begin = Initial("TRIM_HORIZON")
+        begin = self.options.first_start
         ranges: list[ShardRange] = []
         for stream in self.options.streams:
             shards = ShardDiscovery(kinesis, stream, cache_ttl=0).list_shards()

@@ -28,9 +28,9 @@ import logging
 import threading
 from dataclasses import dataclass, field
 
-from kinesis.consumer.positions import Position
+from kinesis.consumer.positions import Checkpoint, Position
 from kinesis.errors import DataLossError
-from spark_integration.offsets import ShardPosition
+from spark_integration.offsets import timestamp_ms
 
 log = logging.getLogger(__name__)
 
@@ -73,17 +73,17 @@ LOSSES = LossLog()
 """Every loss skipped in this process since it started."""
 
 
-def describe(pos: ShardPosition | None) -> str:
+def describe(pos: Checkpoint | None) -> str:
     """A position for messages: "sequence number 4959..." (with the sub-record if any)."""
     if pos is None:
         return "nothing"
     if isinstance(pos, Position):
         sub = f" (sub-record {pos.sub_sequence_number})" if pos.sub_sequence_number else ""
         return f"sequence number {pos.sequence_number}{sub}"
-    return pos.kind if pos.timestamp_ms is None else f"{pos.kind} {pos.timestamp_ms} ms"
+    return pos.kind if pos.timestamp is None else f"{pos.kind} {timestamp_ms(pos)} ms"
 
 
-def start_is_gone(begin: ShardPosition, first_sequence_number: str | None) -> bool:
+def start_is_gone(begin: Checkpoint, first_sequence_number: str | None) -> bool:
     """True when a reader started ``AT_SEQUENCE_NUMBER`` of ``begin`` did not get ``begin``'s
     own record first (``first_sequence_number``: the first record it got, None for none)."""
     return isinstance(begin, Position) and first_sequence_number != begin.sequence_number

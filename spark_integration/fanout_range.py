@@ -26,7 +26,7 @@ from typing import Any
 
 from kinesis.consumer.consumer_registration import ConsumerRegistration
 from kinesis.consumer.fanout_reader import FanOutReader
-from kinesis.consumer.positions import Position, StartPosition
+from kinesis.consumer.positions import Checkpoint, Position
 from kinesis.consumer.records import Record
 from kinesis.errors import FanOutConsumerLimitError, KinesisRetriesExhaustedError
 from spark_integration.options import KinesisOptions
@@ -70,7 +70,7 @@ class FanOutRangeReader:
     """One bounded SubscribeToShard read of a shard (see the module docstring)."""
 
     def __init__(self, kinesis: Any, stream: str, shard_id: str, consumer_name: str,
-                 start: StartPosition, *, max_records: int, idle_timeout: float = IDLE_TIMEOUT_S,
+                 start: Checkpoint, *, max_records: int, idle_timeout: float = IDLE_TIMEOUT_S,
                  min_subscribe_interval: float = 1.0):
         self.idle_timeout = idle_timeout
         self._reader = FanOutReader(

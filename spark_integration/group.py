@@ -24,11 +24,10 @@ import logging
 import threading
 import time
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from typing import Any
 
 from hashring import Membership
-from kinesis.consumer.positions import Position
+from kinesis.consumer.positions import LATEST, Position
 from kinesis.consumer.shards import ShardDiscovery, ready_shards
 from kinesis.errors import CheckpointRegressionError, KinesisHashRingError, LeaseLostError
 from kinesis.lease_loop.coordinator import Completion, LeaseCoordinator
@@ -41,12 +40,12 @@ from spark_integration.membership import (
     open_kubernetes_membership,
 )
 from spark_integration.offsets import (
-    Initial,
-    ShardPosition,
     SourceOffset,
+    at_timestamp_ms,
     position_to_json,
     shard_key,
     split_key,
+    timestamp_ms,
 )
 from spark_integration.options import GroupOptions, KinesisOptions
 
@@ -58,7 +57,7 @@ class GroupView:
     """What a micro-batch may plan: held keys, where new ones resume, finished keys."""
 
     held: frozenset[str]
-    resume: dict[str, ShardPosition]
+    resume: dict[str, Checkpoint]
     finished: frozenset[str]
 
 
@@ -129,12 +128,9 @@ class GroupSession:
     # -- set-up --------------------------------------------------------------------------
     def _initial_checkpoint(self, start_ms: int) -> Checkpoint:
         """The checkpoint of a lease row this application creates (LATEST pinned to now)."""
-        position = self.options.initial_position
-        if position == "TRIM_HORIZON":
-            return Checkpoint("TRIM_HORIZON")
-        ms = self.options.initial_timestamp_ms if position == "AT_TIMESTAMP" else start_ms
-        assert ms is not None
-        return Checkpoint.at_timestamp(datetime.fromtimestamp(ms / 1000, tz=UTC))
+        if self.options.initial_position == "LATEST":
+            return at_timestamp_ms(start_ms)
+        return self.options.first_start
 
     # -- lease keys --------------------------------------------------------------------
     def lease_key(self, key: str) -> str:
@@ -197,7 +193,7 @@ class GroupSession:
     def plan(self, begin: SourceOffset, listing: Any) -> GroupView:
         """The shards the next micro-batch may read, and where newly acquired ones resume."""
         held: set[str] = set()
-        resume: dict[str, ShardPosition] = {}
+        resume: dict[str, Checkpoint] = {}
         with self._lock:
             for key, state in sorted(self._shards.items()):
                 if state.draining is not None:
@@ -273,24 +269,19 @@ class GroupSession:
             close_membership(self.membership)
 
 
-def _start_of(cp: Checkpoint) -> ShardPosition:
-    """Where to resume from a lease checkpoint."""
-    if cp.sequence_number == "TRIM_HORIZON":
-        return Initial("TRIM_HORIZON")
-    if cp.sequence_number == "AT_TIMESTAMP" and cp.timestamp is not None:
-        return Initial("AT_TIMESTAMP", int(cp.timestamp.timestamp() * 1000))
-    if cp.sequence_number == "LATEST":  # written by another consumer: pin it now
-        return Initial("AT_TIMESTAMP", int(time.time() * 1000))
-    return Position(cp.sequence_number, cp.sub_sequence_number)
+def _start_of(cp: Checkpoint) -> Checkpoint:
+    """Where to resume from a lease checkpoint: the checkpoint itself in an offset's terms
+    (LATEST, written by another consumer, pinned to now; a timestamp cut to milliseconds)."""
+    if cp == LATEST:
+        return at_timestamp_ms(int(time.time() * 1000))
+    return at_timestamp_ms(timestamp_ms(cp)) if cp.timestamp is not None else cp
 
 
-def _checkpoint_of(pos: ShardPosition) -> Checkpoint | None:
-    if isinstance(pos, Position):
-        return Checkpoint(pos.sequence_number, pos.sub_sequence_number)
-    return None  # nothing read yet: keep the lease's initial checkpoint
+def _checkpoint_of(pos: Checkpoint) -> Checkpoint | None:
+    return pos if isinstance(pos, Position) else None  # nothing read: keep the lease's initial one
 
 
-def _json(pos: ShardPosition, done: bool) -> str:
+def _json(pos: Checkpoint, done: bool) -> str:
     body = position_to_json(pos)
     if done:
         body["done"] = True

@@ -22,60 +22,62 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
-from datetime import UTC, datetime
-from typing import Any, Literal
+from datetime import UTC, datetime, timedelta
+from typing import Any
 
-from kinesis.consumer.positions import InitialPosition, Position, StartPosition
+from kinesis.consumer.positions import TRIM_HORIZON, Checkpoint, InitialPosition, Position
 from kinesis.consumer.shards import Shard, ready_shards
-from kinesis.errors import InvalidOffsetError
+from kinesis.errors import (
+    InvalidOffsetError,
+    InvalidOffsetSequenceNumberError,
+    InvalidSequenceNumberError,
+)
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+_MS = timedelta(milliseconds=1)
 
 
-@dataclass(frozen=True, order=True)
-class Initial:
-    """A shard position before its first record is read: TRIM_HORIZON or AT_TIMESTAMP."""
-
-    kind: Literal["TRIM_HORIZON", "AT_TIMESTAMP"]
-    timestamp_ms: int | None = None
-
-    def to_json(self) -> dict[str, Any]:
-        if self.kind == "AT_TIMESTAMP":
-            return {"from": "AT_TIMESTAMP", "ts": self.timestamp_ms}
-        return {"from": "TRIM_HORIZON"}
-
-    def to_start(self) -> InitialPosition:
-        """The reader's start position (``kinesis.consumer.positions``)."""
-        if self.kind == "AT_TIMESTAMP":
-            assert self.timestamp_ms is not None
-            return InitialPosition.at_timestamp(
-                datetime.fromtimestamp(self.timestamp_ms / 1000, tz=UTC)
-            )
-        return InitialPosition.TRIM_HORIZON
+def at_timestamp_ms(ms: int) -> Checkpoint:
+    """The AT_TIMESTAMP position of ``ms`` milliseconds since the epoch (exact, no float)."""
+    return Checkpoint.at_timestamp(_EPOCH + ms * _MS)
 
 
-ShardPosition = Position | Initial
-"""Where a shard stands: after a record (``Position``) or before its first one (``Initial``)."""
+def timestamp_ms(pos: Checkpoint) -> int:
+    """The milliseconds since the epoch of an AT_TIMESTAMP position (inverse of
+    :func:`at_timestamp_ms`; a finer timestamp is cut to the millisecond)."""
+    assert pos.timestamp is not None, pos
+    return (pos.timestamp - _EPOCH) // _MS
 
 
-def position_to_json(pos: ShardPosition) -> dict[str, Any]:
+def position_to_json(pos: Checkpoint) -> dict[str, Any]:
     """The JSON form of a position (see the module docstring)."""
-    if isinstance(pos, Position):
+    if pos.is_record:
         return {"seq": pos.sequence_number, "sub": pos.sub_sequence_number}
-    return pos.to_json()
+    if pos.timestamp is not None:
+        return {"from": "AT_TIMESTAMP", "ts": timestamp_ms(pos)}
+    if pos == TRIM_HORIZON:
+        return {"from": "TRIM_HORIZON"}
+    raise InvalidOffsetError(f"{pos} has no offset form: pin LATEST as AT_TIMESTAMP first")
 
 
-def position_from_json(value: Any, where: str) -> ShardPosition:
+def position_from_json(value: Any, where: str) -> Checkpoint:
     """Inverse of :func:`position_to_json`; ``where`` names the entry in error messages."""
     if not isinstance(value, Mapping):
         raise InvalidOffsetError(f"offset entry {where} must be an object, got {value!r}")
     try:
         if "seq" in value:
-            return Position(str(value["seq"]), int(value.get("sub", 0)))
+            return Position(value["seq"], value.get("sub", 0))
         kind = value.get("from")
         if kind == "TRIM_HORIZON":
-            return Initial("TRIM_HORIZON")
+            return TRIM_HORIZON
         if kind == "AT_TIMESTAMP":
-            return Initial("AT_TIMESTAMP", int(value["ts"]))
-    except (KeyError, TypeError, ValueError) as exc:
+            ts = value["ts"]
+            if isinstance(ts, bool) or not isinstance(ts, int):
+                raise TypeError(f"'ts' must be an int of milliseconds, got {ts!r}")
+            return at_timestamp_ms(ts)
+    except InvalidSequenceNumberError as exc:
+        raise InvalidOffsetSequenceNumberError(f"offset entry {where}: {exc}") from exc
+    except (KeyError, TypeError, ValueError, OverflowError) as exc:
         raise InvalidOffsetError(f"offset entry {where} is malformed: {value!r} ({exc})") from exc
     raise InvalidOffsetError(
         f"offset entry {where} has neither 'seq' nor a known 'from': {value!r}. Was the "
@@ -83,25 +85,13 @@ def position_from_json(value: Any, where: str) -> ShardPosition:
     )
 
 
-def to_start(pos: ShardPosition) -> StartPosition:
-    """The ``kinesis.consumer.reader`` start position: strictly after ``pos``."""
-    return pos if isinstance(pos, Position) else pos.to_start()
-
-
-def after(pos: ShardPosition, other: ShardPosition) -> bool:
-    """True when ``other`` is strictly further into the shard than ``pos``."""
-    if isinstance(other, Initial):
-        return False
-    return isinstance(pos, Initial) or other > pos
-
-
 @dataclass(frozen=True)
 class ShardOffset:
     """One shard's entry."""
 
-    position: ShardPosition
+    position: Checkpoint
     done: bool = False
-    resume: ShardPosition | None = None
+    resume: Checkpoint | None = None
 
     def to_json(self) -> dict[str, Any]:
         out = position_to_json(self.position)
@@ -167,7 +157,7 @@ class SourceOffset:
         """The same positions with every ``resume`` dropped (the next batch's view)."""
         return SourceOffset({k: replace(v, resume=None) for k, v in self.shards.items()})
 
-    def batch_start(self, key: str, start: SourceOffset) -> ShardPosition | None:
+    def batch_start(self, key: str, start: SourceOffset) -> Checkpoint | None:
         """Where this (end) offset's batch starts reading ``key``; None if it reads nothing."""
         entry = self.shards[key]
         if entry.resume is not None:
@@ -175,13 +165,13 @@ class SourceOffset:
         begin = start.shards.get(key)
         if begin is not None:
             return begin.position
-        return entry.position if isinstance(entry.position, Initial) else None
+        return entry.position if isinstance(entry.position, InitialPosition) else None
 
 
 def track(
     offset: SourceOffset,
     listing: Mapping[str, Iterable[Shard]],
-    new_shard_start: Initial,
+    new_shard_start: Checkpoint,
     *,
     allowed: Iterable[str] | None = None,
     finished_elsewhere: Iterable[str] = (),

@@ -19,7 +19,9 @@ from datetime import UTC, datetime
 from typing import Literal
 from urllib.parse import urlparse
 
+from kinesis.consumer.positions import TRIM_HORIZON, Checkpoint
 from kinesis.errors import InvalidOptionError
+from spark_integration.offsets import at_timestamp_ms
 
 InitialPosition = Literal["LATEST", "TRIM_HORIZON", "AT_TIMESTAMP"]
 ConsumerType = Literal["GetRecords", "SubscribeToShard"]
@@ -168,6 +170,15 @@ class KinesisOptions:
     assume_role: AssumeRoleOptions | None = None
     group: GroupOptions | None = None
     raw: tuple[tuple[str, str], ...] = field(default=(), repr=False, compare=False)
+
+    @property
+    def first_start(self) -> Checkpoint:
+        """Where a shard the query has not read yet starts: AT_TIMESTAMP, or TRIM_HORIZON (also
+        for LATEST, which the caller pins to a timestamp where it applies)."""
+        if self.initial_position == "AT_TIMESTAMP":
+            assert self.initial_timestamp_ms is not None
+            return at_timestamp_ms(self.initial_timestamp_ms)
+        return TRIM_HORIZON
 
 
 def parse_options(options: Mapping[str, str], *, streaming: bool) -> KinesisOptions:

@@ -19,14 +19,13 @@ from typing import Any, Protocol
 
 from pyspark.sql.datasource import InputPartition
 
-from kinesis.consumer.positions import InitialPosition, Position, StartPosition
+from kinesis.consumer.positions import Checkpoint, InitialPosition, Position
 from kinesis.consumer.reader import MAX_GET_RECORDS_LIMIT, ShardReader
 from kinesis.consumer.records import Record
 from kinesis.errors import ShardNotFoundError, StartingPositionRejectedError
 from spark_integration.clients import client
 from spark_integration.data_loss import data_lost, describe, start_is_gone
 from spark_integration.fanout_range import FanOutRangeReader
-from spark_integration.offsets import ShardPosition, after, to_start
 from spark_integration.options import KinesisOptions
 from spark_integration.schema import to_arrow_batch
 from spark_integration.shipping import chunks, decode, shipped_range_is
@@ -48,7 +47,7 @@ class ShardRange:
 
     stream: str
     shard_id: str
-    begin: ShardPosition
+    begin: Checkpoint
     end: Position | None = None
     until_ms: int | None = None
     limit: int = MAX_GET_RECORDS_LIMIT
@@ -124,7 +123,7 @@ def read_shard_range(kinesis: Any, shard_range: ShardRange,
     ``failOnDataLoss=false`` yields what is left of it from the trim horizon on.
     """
     r = shard_range
-    reader = _reader(kinesis, r, to_start(r.begin), options)
+    reader = _reader(kinesis, r, r.begin, options)
     if r.end is None:
         until = (datetime.fromtimestamp(r.until_ms / 1000, tz=UTC)
                  if r.until_ms is not None else None)
@@ -163,9 +162,9 @@ def read_shard_range(kinesis: Any, shard_range: ShardRange,
     except StartingPositionRejectedError as exc:
         lose(f"Kinesis refused its start ({exc.__cause__ or exc})")
         reader = _reader(kinesis, r, InitialPosition.TRIM_HORIZON, options)
-        done: ShardPosition = r.begin if last is None else last
+        done: Checkpoint = r.begin if last is None else last
         for record in reader.iter_records(until=r.end, stop_when_caught_up=True):
-            if after(done, record.position):  # never a record yielded already or before the start
+            if record.position > done:  # never a record yielded already or before the start
                 last = record.position
                 yield record
     except ShardNotFoundError:
@@ -186,7 +185,7 @@ class RangeReader(Protocol):
                      stop_when_caught_up: bool = True) -> Iterator[Record]: ...
 
 
-def _reader(kinesis: Any, r: ShardRange, start: StartPosition,
+def _reader(kinesis: Any, r: ShardRange, start: Checkpoint,
             options: KinesisOptions) -> RangeReader:
     """The reader of ``options.consumer_type`` for range ``r``, from ``start``."""
     limit = max(1, min(r.limit, MAX_GET_RECORDS_LIMIT))

@@ -22,12 +22,11 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from kinesis.consumer.positions import Position
+from kinesis.consumer.positions import TRIM_HORIZON, Checkpoint, Position
 from kinesis.consumer.reader import MAX_GET_RECORDS_LIMIT, ShardReader
 from kinesis.consumer.records import Record
 from kinesis.errors import ShardNotFoundError, StartingPositionRejectedError
 from spark_integration.data_loss import data_lost, describe, start_is_gone
-from spark_integration.offsets import Initial, ShardPosition, to_start
 from spark_integration.shipping import RangeCollector, ReadAheadCache
 
 
@@ -35,7 +34,7 @@ from spark_integration.shipping import RangeCollector, ReadAheadCache
 class ProbeResult:
     """Where a shard's batch ends."""
 
-    position: ShardPosition
+    position: Checkpoint
     records: int
     shard_ended: bool
 
@@ -54,7 +53,7 @@ class _Slot:
     """One shard's reader on the driver, where it stands, and records read ahead."""
 
     reader: ShardReader
-    position: ShardPosition
+    position: Checkpoint
     buffer: deque[Record] = field(default_factory=deque)
     prefetch: Future[None] | None = None
 
@@ -93,7 +92,7 @@ class Prober:
         key: str,
         stream: str,
         shard_id: str,
-        begin: ShardPosition,
+        begin: Checkpoint,
         budget: int | None,
         until_ms: int | None = None,
         max_bytes: int | None = None,
@@ -116,7 +115,7 @@ class Prober:
                 raise
             self._lost(stream, shard_id, f"GetShardIterator refused to start after "
                        f"{describe(begin)} ({exc.__cause__ or exc})")
-            slot, fresh = self._new_slot(stream, shard_id, Initial("TRIM_HORIZON"), begin,
+            slot, fresh = self._new_slot(stream, shard_id, TRIM_HORIZON, begin,
                                          budget), False
             for _ in slot.reader.iter_records(until=begin, stop_when_caught_up=True):
                 pass  # records at or before begin, if any are left: the batch starts after it
@@ -156,15 +155,15 @@ class Prober:
             slot.prefetch = self.read_ahead.submit(_read_ahead, slot)
         return ProbeResult(last, count, ended)
 
-    def _take(self, slot: _Slot, begin: ShardPosition, budget: int | None,
+    def _take(self, slot: _Slot, begin: Checkpoint, budget: int | None,
               until_ms: int | None, max_bytes: int | None
-              ) -> tuple[ShardPosition, int, bool, bool, RangeCollector | None]:
+              ) -> tuple[Checkpoint, int, bool, bool, RangeCollector | None]:
         """Read the probe's records: (last, count, beyond_target, byte_capped, kept)."""
         kept = self.cache.collector() if self.cache is not None else None
         reader = slot.reader
         calls, iterators = reader.stats.get_records_calls, reader.stats.iterators_acquired
         until = datetime.fromtimestamp(until_ms / 1000, tz=UTC) if until_ms is not None else None
-        last: ShardPosition = begin
+        last: Checkpoint = begin
         count = 0
         size = 0
         beyond_target = False
@@ -202,7 +201,7 @@ class Prober:
     def _lost(self, stream: str, shard_id: str, what: str) -> None:
         data_lost(stream, shard_id, what, fail=self.fail_on_data_loss, side="driver")
 
-    def _slot(self, key: str, stream: str, shard_id: str, begin: ShardPosition,
+    def _slot(self, key: str, stream: str, shard_id: str, begin: Checkpoint,
               budget: int | None) -> tuple[_Slot, bool]:
         """The shard's reader at ``begin``, and True if it is new (not continuing a probe)."""
         with self._lock:
@@ -213,10 +212,10 @@ class Prober:
                 return cached, False
         return self._new_slot(stream, shard_id, begin, begin, budget), True
 
-    def _new_slot(self, stream: str, shard_id: str, start: ShardPosition,
-                  position: ShardPosition, budget: int | None) -> _Slot:
+    def _new_slot(self, stream: str, shard_id: str, start: Checkpoint,
+                  position: Checkpoint, budget: int | None) -> _Slot:
         limit = self.batch_limit if budget is None else max(1, min(self.batch_limit, budget))
-        reader = ShardReader(self.kinesis, stream, shard_id, to_start(start),
+        reader = ShardReader(self.kinesis, stream, shard_id, start,
                              max_records=limit, idle_backoff=0.0)
         return _Slot(reader, position)
 
@@ -240,6 +239,6 @@ def payload_size(record: Record) -> int:
     return len(record.data) + len(record.partition_key.encode())
 
 
-def is_position(pos: ShardPosition) -> bool:
+def is_position(pos: Checkpoint) -> bool:
     """True for a record position (something was read)."""
     return isinstance(pos, Position)

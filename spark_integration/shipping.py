@@ -26,9 +26,9 @@ from typing import Any
 
 from cachetools import LRUCache
 
-from kinesis.consumer.positions import Position
+from kinesis.consumer.positions import Checkpoint, Position
 from kinesis.consumer.records import Record
-from spark_integration.offsets import ShardPosition, SourceOffset, after
+from spark_integration.offsets import SourceOffset
 from spark_integration.schema import to_arrow_batch
 
 #: The whole cache on the driver (over all shards) stays under this many bytes.
@@ -67,7 +67,7 @@ class RangeCollector:
 class CachedRange:
     """One shard's records in (``begin``, ``end``], in shard order."""
 
-    begin: ShardPosition
+    begin: Checkpoint
     end: Position
     batch: Any  # pyarrow.RecordBatch
 
@@ -110,7 +110,7 @@ class ReadAheadCache:
         """A collector for one probe, or None when shipping is off."""
         return RangeCollector(self.max_bytes_per_partition) if self.enabled else None
 
-    def put(self, key: str, begin: ShardPosition, end: Position, records: Sequence[Record]) -> None:
+    def put(self, key: str, begin: Checkpoint, end: Position, records: Sequence[Record]) -> None:
         """Cache ``records``, which must be exactly the shard's records in (begin, end]."""
         if not records or records[-1].position != end:
             self.discard(key)
@@ -129,7 +129,7 @@ class ReadAheadCache:
         with self._lock:
             self._ranges.pop(key, None)
 
-    def take(self, key: str, begin: ShardPosition, end: Position) -> Any | None:
+    def take(self, key: str, begin: Checkpoint, end: Position) -> Any | None:
         """The records of (``begin``, ``end``] as an Arrow batch, removed from the cache; or None.
 
         Hits when the cached range starts at ``begin`` and ``end`` is one of its records (a
@@ -156,7 +156,7 @@ class ReadAheadCache:
         with self._lock:
             for key, entry in end.shards.items():
                 cached = self._ranges.get(key)
-                if cached is not None and not after(entry.position, cached.end):
+                if cached is not None and not cached.end > entry.position:
                     del self._ranges[key]
 
     def forget(self, keep: Iterable[str]) -> None:
@@ -214,11 +214,11 @@ def chunks(table: Any, rows: int) -> Iterator[Any]:
             yield batch
 
 
-def shipped_range_is(table: Any, begin: ShardPosition, end: Position) -> bool:
+def shipped_range_is(table: Any, begin: Checkpoint, end: Position) -> bool:
     """True when ``table`` starts strictly after ``begin`` and ends exactly at ``end``."""
     if table.num_rows == 0:
         return False
     seq, sub = table.column("sequenceNumber"), table.column("subSequenceNumber")
     first = Position(seq[0].as_py(), sub[0].as_py())
     last = Position(seq[-1].as_py(), sub[-1].as_py())
-    return last == end and after(begin, first)
+    return last == end and first > begin

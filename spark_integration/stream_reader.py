@@ -33,6 +33,7 @@ from typing import Any
 
 from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
 
+from kinesis.consumer.positions import Checkpoint, InitialPosition
 from kinesis.consumer.shards import Shard, ShardDiscovery, shard_order
 from kinesis.errors import KinesisHashRingError
 from spark_integration.clients import client
@@ -45,10 +46,9 @@ from spark_integration.compat import (
 from spark_integration.data_loss import data_lost, describe
 from spark_integration.fanout_range import ensure_consumers
 from spark_integration.offsets import (
-    Initial,
     ShardOffset,
     SourceOffset,
-    after,
+    at_timestamp_ms,
     shard_key,
     split_key,
     track,
@@ -213,7 +213,7 @@ def plan_partitions(begin: SourceOffset, end: SourceOffset, per_partition: int,
     for key in sorted(end.shards):
         start_pos = end.batch_start(key, begin)
         stop = end.shards[key].position
-        if start_pos is None or not after(start_pos, stop):
+        if start_pos is None or not stop > start_pos:
             continue
         stream, shard_id = split_key(key)
         ranges.append(ShardRange(stream, shard_id, start_pos, stop,  # type: ignore[arg-type]
@@ -289,11 +289,9 @@ class _DriverState:
     def listing(self, force: bool = False) -> dict[str, list[Shard]]:
         return {s: d.list_shards(force=force) for s, d in sorted(self.discovery.items())}
 
-    def new_shard_start(self) -> Initial:
+    def new_shard_start(self) -> Checkpoint:
         """Where a shard that appears later (a reshard's child) starts."""
-        if self.options.initial_position == "AT_TIMESTAMP":
-            return Initial("AT_TIMESTAMP", self.options.initial_timestamp_ms)
-        return Initial("TRIM_HORIZON")
+        return self.options.first_start
 
     def initial_offset(self) -> SourceOffset:
         if self.initial is None:
@@ -306,7 +304,7 @@ class _DriverState:
         listing = self.listing(force=True)
         if self.options.initial_position == "LATEST":
             # Pinned as a timestamp, so a restart before the first commit loses nothing.
-            pinned = Initial("AT_TIMESTAMP", now_ms())
+            pinned = at_timestamp_ms(now_ms())
             return SourceOffset({
                 shard_key(stream, s.shard_id): ShardOffset(pinned)
                 for stream, shards in listing.items() for s in shards if s.is_open
@@ -360,11 +358,11 @@ class _DriverState:
             # logs only end offsets, and calls initialOffset() again (LATEST: a new "now")
             # when it replays the first batch.
             needs_resume = (self.self_contained or key in resume or key not in begin.shards
-                            or isinstance(start_pos, Initial))
+                            or isinstance(start_pos, InitialPosition))
             shards[key] = ShardOffset(
                 result.position,
                 done=result.shard_ended,
-                resume=start_pos if needs_resume and after(start_pos, result.position) else None,
+                resume=start_pos if needs_resume and result.position > start_pos else None,
             )
             if result.shard_ended:
                 self.discovery[stream].invalidate()  # its children should show up now

@@ -282,7 +282,7 @@ def test_checkpoint_arguments_as_kclpy_passes_them() -> None:
     [
         (("0",), "IllegalArgumentException", "before the last checkpoint"),
         (("99",), "IllegalArgumentException", "largest position delivered"),
-        (("not-a-number",), "IllegalArgumentException", "not a record position"),
+        (("not-a-number",), "IllegalArgumentException", "a sequence number must be a string"),
     ],
 )
 def test_bad_checkpoints_raise_illegal_argument(args: tuple[str], value: str, message: str) -> None:

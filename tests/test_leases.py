@@ -18,6 +18,7 @@ from botocore.awsrequest import AWSResponse
 from botocore.config import Config
 from botocore.stub import Stubber
 
+from kinesis.consumer.records import Record
 from kinesis.errors import (
     CheckpointError,
     CheckpointRegressionError,
@@ -433,7 +434,7 @@ def test_invalid_checkpoints_are_named(bad: str) -> None:
         Checkpoint(bad)
 
 
-def test_checkpoint_ordering_and_conversions() -> None:
+def test_checkpoint_ordering_and_coercion() -> None:
     assert TRIM_HORIZON < Checkpoint("0") < Checkpoint("0", 1) < Checkpoint("9") < Checkpoint("10") < SHARD_END
     assert not TRIM_HORIZON < LATEST and not LATEST < TRIM_HORIZON  # initial positions tie
     assert Checkpoint("007") == Checkpoint("7")
@@ -441,19 +442,10 @@ def test_checkpoint_ordering_and_conversions() -> None:
         Checkpoint("AT_TIMESTAMP")
     with pytest.raises(InvalidCheckpointError):
         Checkpoint.at_timestamp(datetime(2024, 1, 1))  # naive
-
-    class Rec:
-        sequence_number = "42"
-        sub_sequence_number = 2
-
-    assert Checkpoint.of(Rec()) == Checkpoint("42", 2)
-    from kinesis.consumer.positions import InitialPosition, Position
-
-    assert Checkpoint("42", 2).to_start_position() == Position("42", 2)
-    assert TRIM_HORIZON.to_start_position() == InitialPosition.TRIM_HORIZON
-    assert SHARD_END.to_start_position() is None
-    assert Checkpoint.of(Position("5", 1)) == Checkpoint("5", 1)
-    assert Checkpoint.of(InitialPosition.LATEST) == LATEST
+    record = Record("s", "shard-0", "42", 2, "pk", b"", None, None, True)
+    assert Checkpoint.of(record) == Checkpoint("42", 2)
+    assert Checkpoint.of("SHARD_END") is not SHARD_END and Checkpoint.of("SHARD_END") == SHARD_END
+    assert Checkpoint.of(LATEST) is LATEST
 
 
 # --- hand-off, adopt, release, delete -------------------------------------------------------

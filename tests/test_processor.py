@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from kinesis.consumer.positions import Position
+from kinesis.consumer.positions import SHARD_END, Position
 from kinesis.consumer.prepared_checkpointer import PreparedCheckpointer
 from kinesis.consumer.processor import Checkpointer, InMemoryCheckpointer, RecordProcessor
 from kinesis.consumer.records import Record
@@ -39,8 +39,10 @@ def test_checkpoint_accepts_a_record_a_position_or_a_sequence_number() -> None:
     cp.checkpoint(Position("5", 2))
     cp.checkpoint("6")
     assert [p for p, _ in cp.history] == [Position("5", 1), Position("5", 2), Position("6")]
-    with pytest.raises(CheckpointError, match="takes a Record"):
+    with pytest.raises(CheckpointError, match="a sequence number must be a string"):
         cp.checkpoint(6)  # type: ignore[arg-type]
+    with pytest.raises(CheckpointError, match="takes a Record"):
+        cp.checkpoint(SHARD_END)
 
 
 def test_checkpoints_never_go_backwards_or_past_delivery() -> None:

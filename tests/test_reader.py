@@ -269,7 +269,7 @@ def test_bad_arguments_are_refused() -> None:
         ShardReader(None, STREAM, SHARD, max_records=10001)
     with pytest.raises(ConfigurationError, match="start must be"):
         ShardReader(None, STREAM, SHARD, "LATEST")  # type: ignore[arg-type]
-    with pytest.raises(ConfigurationError, match="sequence_number"):
+    with pytest.raises(ConfigurationError, match="a sequence number must be"):
         Position("not-a-number")
     with pytest.raises(ConfigurationError, match="timezone-aware"):
         InitialPosition.at_timestamp(datetime(2024, 1, 1))

@@ -6,13 +6,13 @@ from collections.abc import Iterator
 
 import pytest
 
-from kinesis.consumer.positions import Position
+from kinesis.consumer.positions import TRIM_HORIZON, Position
 from kinesis.consumer.shards import ShardDiscovery
 from kinesis.lease_loop.lease_model import Checkpoint
 from kinesis.lease_loop.leases import LeaseTable
 from kinesis.testing import LocalAWS
 from spark_integration.group import GroupSession
-from spark_integration.offsets import Initial, ShardOffset, SourceOffset
+from spark_integration.offsets import ShardOffset, SourceOffset
 from spark_integration.options import parse_options
 from tests.spark_support import create_stream, put_json, wait_for
 
@@ -48,7 +48,7 @@ def test_plan_resumes_from_the_lease_checkpoint(session: GroupSession) -> None:
     wait_for(lambda: session.held_keys() == [KEY0, KEY1], 30, "m1 to hold both shards")
     view = session.plan(SourceOffset({}), {})
     assert view.held == {KEY0, KEY1}
-    assert view.resume == {KEY0: Initial("TRIM_HORIZON"), KEY1: Initial("TRIM_HORIZON")}
+    assert view.resume == {KEY0: TRIM_HORIZON, KEY1: TRIM_HORIZON}
     end = SourceOffset({KEY0: ShardOffset(Position("3")), KEY1: ShardOffset(Position("4"))})
     session.planned(end)
     session.checkpoint(end)
@@ -85,7 +85,7 @@ def test_a_lease_lost_and_taken_back_mid_batch_gets_no_checkpoint(session: Group
     assert lease.checkpoint == Checkpoint("TRIM_HORIZON")
     # the next batch starts from the lease's checkpoint again, under the new generation
     view = session.plan(SourceOffset({}), {})
-    assert view.resume[KEY0] == Initial("TRIM_HORIZON")
+    assert view.resume[KEY0] == TRIM_HORIZON
     again = SourceOffset({KEY0: ShardOffset(Position("3"))})
     session.planned(again)
     assert session.stats.planned_generations[KEY0] > generation

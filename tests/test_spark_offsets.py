@@ -6,17 +6,17 @@ import json
 
 import pytest
 
-from kinesis.consumer.positions import Position
+from kinesis.consumer.positions import TRIM_HORIZON, Position
 from kinesis.consumer.shards import Shard
 from kinesis.errors import InvalidOffsetError
 from spark_integration.offsets import (
-    Initial,
     ShardOffset,
     SourceOffset,
+    at_timestamp_ms,
     track,
 )
 
-TRIM = Initial("TRIM_HORIZON")
+TRIM = TRIM_HORIZON
 
 
 def shard(sid: int, *parents: int, closed: bool = False) -> Shard:
@@ -30,7 +30,7 @@ def key(sid: int) -> str:
 
 def test_json_is_canonical_and_round_trips() -> None:
     a = SourceOffset({
-        key(2): ShardOffset(Initial("AT_TIMESTAMP", 1714564800123)),
+        key(2): ShardOffset(at_timestamp_ms(1714564800123)),
         key(1): ShardOffset(Position("42", 3), done=True, resume=TRIM),
         key(0): ShardOffset(TRIM),
     })

@@ -46,7 +46,7 @@ from typing import Any
 from botocore.exceptions import BotoCoreError, ClientError
 
 from kinesis.consumer.consumer_registration import ConsumerRegistration
-from kinesis.consumer.positions import InitialPosition, Position, StartPosition
+from kinesis.consumer.positions import Checkpoint, InitialPosition, Position
 from kinesis.consumer.reader import MAX_GET_RECORDS_LIMIT, ReadResult
 from kinesis.consumer.records import Record, records_from_response
 from kinesis.consumer.shards import named_client_error
@@ -142,7 +142,7 @@ class FanOutReader:
         stream_name: str,
         shard_id: str,
         registration: ConsumerRegistration,
-        start: StartPosition = InitialPosition.LATEST,
+        start: Checkpoint = InitialPosition.LATEST,
         *,
         max_records: int = MAX_GET_RECORDS_LIMIT,
         stop_event: threading.Event | None = None,

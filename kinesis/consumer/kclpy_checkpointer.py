@@ -40,6 +40,7 @@ from kinesis.errors import (
     ConfigurationError,
     CorruptLeaseError,
     InvalidCheckpointError,
+    InvalidSequenceNumberError,
     KinesisHashRingError,
     LeaseLostError,
     LeaseTableNotFoundError,
@@ -72,10 +73,12 @@ class KclpyCheckpointError(CheckpointError):
         return f"{self.value}: {self.message}" if self.message else self.value
 
 
-def kclpy_checkpoint_error(value: str, message: str = "") -> KclpyCheckpointError:
+def kclpy_checkpoint_error(
+    value: str, message: str = "", also: type[Exception] | None = None
+) -> KclpyCheckpointError:
     """A :class:`KclpyCheckpointError`, also an ``amazon_kclpy.kcl.CheckpointError`` when
-    amazon-kclpy is importable."""
-    return _error_class(_kclpy_error_base())(value, message)
+    amazon-kclpy is importable, and an ``also`` (the SDK error it translates) if given."""
+    return _error_class(tuple(b for b in (also, _kclpy_error_base()) if b is not None))(value, message)
 
 
 def _kclpy_error_base() -> type[Exception] | None:
@@ -87,18 +90,18 @@ def _kclpy_error_base() -> type[Exception] | None:
     return base if isinstance(base, type) and issubclass(base, Exception) else None
 
 
-_ERROR_CLASSES: dict[type[Exception], type[KclpyCheckpointError]] = {}
+_ERROR_CLASSES: dict[tuple[type[Exception], ...], type[KclpyCheckpointError]] = {}
 
 
-def _error_class(base: type[Exception] | None) -> type[KclpyCheckpointError]:
-    if base is None:
+def _error_class(bases: tuple[type[Exception], ...]) -> type[KclpyCheckpointError]:
+    if not bases:
         return KclpyCheckpointError
     with _ERROR_CLASSES_LOCK:
-        if base not in _ERROR_CLASSES:
-            _ERROR_CLASSES[base] = type(
-                "KclpyCheckpointError", (KclpyCheckpointError, base), {"__module__": __name__}
+        if bases not in _ERROR_CLASSES:
+            _ERROR_CLASSES[bases] = type(
+                "KclpyCheckpointError", (KclpyCheckpointError, *bases), {"__module__": __name__}
             )
-        return _ERROR_CLASSES[base]
+        return _ERROR_CLASSES[bases]
 
 
 _ERROR_CLASSES_LOCK = threading.Lock()
@@ -108,6 +111,10 @@ def translate(exc: BaseException) -> KclpyCheckpointError:
     """The kclpy error for an SDK checkpoint failure (see the module docs)."""
     if isinstance(exc, LeaseLostError):
         return kclpy_checkpoint_error(SHUTDOWN, str(exc))
+    if isinstance(exc, CorruptLeaseError):  # before the argument errors: a corrupt checkpoint is both
+        return kclpy_checkpoint_error(INVALID_STATE, str(exc))
+    if isinstance(exc, InvalidSequenceNumberError):
+        return kclpy_checkpoint_error(ILLEGAL_ARGUMENT, str(exc), InvalidSequenceNumberError)
     if isinstance(exc, CheckpointError | InvalidCheckpointError | ConfigurationError):
         return kclpy_checkpoint_error(ILLEGAL_ARGUMENT, str(exc))
     if isinstance(exc, LeaseTableUnavailableError):
@@ -115,7 +122,7 @@ def translate(exc: BaseException) -> KclpyCheckpointError:
         code = cause.response.get("Error", {}).get("Code") if isinstance(
             cause, botocore.exceptions.ClientError) else None
         return kclpy_checkpoint_error(THROTTLING if code in _THROTTLING_CODES else DEPENDENCY, str(exc))
-    if isinstance(exc, CorruptLeaseError | LeaseTableNotFoundError | LeaseTableSchemaError):
+    if isinstance(exc, LeaseTableNotFoundError | LeaseTableSchemaError):
         return kclpy_checkpoint_error(INVALID_STATE, str(exc))
     return kclpy_checkpoint_error(DEPENDENCY, f"{type(exc).__name__}: {exc}")
 
@@ -191,15 +198,10 @@ class KclpyCheckpointer:
 
     def _position(self, sequence_number: Any, sub_sequence_number: int | None) -> Position:
         seq = str(sequence_number) if isinstance(sequence_number, int) else sequence_number
-        try:
-            if sub_sequence_number is None:
-                with self._lock:
-                    sub_sequence_number = self._last_sub.get(seq, 0)
-            return Position(seq, sub_sequence_number)
-        except (ConfigurationError, TypeError) as exc:
-            raise kclpy_checkpoint_error(
-                ILLEGAL_ARGUMENT, f"{sequence_number!r}/{sub_sequence_number!r} is not a record position: {exc}"
-            ) from exc
+        if sub_sequence_number is None:
+            with self._lock:
+                sub_sequence_number = self._last_sub.get(seq, 0) if isinstance(seq, str) else 0
+        return _translated(lambda: Position(seq, sub_sequence_number))
 
     def _forget_checkpointed(self) -> None:
         last = getattr(self.checkpointer, "last_checkpoint", None)

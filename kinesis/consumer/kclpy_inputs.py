@@ -102,10 +102,8 @@ class InitializeInput:
     @classmethod
     def of(cls, init: InitializationInput) -> InitializeInput:
         """From the SDK's :class:`~kinesis.consumer.processor.InitializationInput`."""
-        cp = init.checkpoint
-        if cp is None:
-            return cls(init.shard_id, init.initial_position.kind, 0, init.pending_checkpoint, init.stream_name)
-        return cls(init.shard_id, cp.sequence_number, cp.sub_sequence_number, init.pending_checkpoint,
+        start = init.checkpoint or init.initial_position  # an initial position's number is its name
+        return cls(init.shard_id, start.sequence_number, start.sub_sequence_number, init.pending_checkpoint,
                    init.stream_name)
 
 

@@ -18,10 +18,10 @@ from __future__ import annotations
 
 from typing import Protocol
 
-from kinesis.consumer.positions import Position
+from kinesis.consumer.positions import SHARD_END, Checkpoint, Position
 from kinesis.consumer.processor import CheckpointerBase
 from kinesis.errors import LeaseLostError
-from kinesis.lease_loop.lease_model import SHARD_END, Checkpoint, Lease
+from kinesis.lease_loop.lease_model import Lease
 
 
 class CheckpointSink(Protocol):
@@ -55,11 +55,8 @@ class LeaseCheckpointer(CheckpointerBase):
         """Checkpoints persisted by this checkpointer."""
 
     def _persist(self, position: Position | None, *, shard_end: bool) -> None:
-        if shard_end:
-            checkpoint = SHARD_END
-        else:
-            assert position is not None
-            checkpoint = Checkpoint(position.sequence_number, position.sub_sequence_number)
+        checkpoint = SHARD_END if shard_end else position
+        assert checkpoint is not None
         try:
             # also written when the last renewal is late: fenced by the counter, it succeeds
             # only if nobody took the lease meanwhile (and then it renews the lease)
@@ -71,9 +68,7 @@ class LeaseCheckpointer(CheckpointerBase):
 
     def _persist_pending(self, position: Position) -> None:
         try:
-            self.sink.prepare_checkpoint(
-                self.key, Checkpoint(position.sequence_number, position.sub_sequence_number)
-            )
+            self.sink.prepare_checkpoint(self.key, position)
         except LeaseLostError:
             self.mark_lease_lost()
             raise

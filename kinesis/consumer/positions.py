@@ -1,110 +1,87 @@
-"""Where a shard reader starts: an initial position, or just after a checkpointed record.
+"""Where a shard reader starts: the consumer's names for the kinds of a
+:class:`~kinesis.lease_loop.checkpoints.Checkpoint`, the one position type.
 
-A *position* in a shard is a pair (sequence number, sub-sequence number). Sequence numbers are
-decimal strings of up to 128 bits and are compared as integers (never as strings). The
-sub-sequence number is the index of a user record inside a KPL aggregated record, and 0 for a
-plain record. ``Position`` always means "the record at this position and everything before it
-is done": a reader started from a ``Position`` delivers only records strictly after it. That is
-how a checkpoint is resumed, also in the middle of an aggregated record (KCL semantics: the
-Kinesis record is fetched again with ``AT_SEQUENCE_NUMBER`` and its sub-records up to and
-including the checkpointed sub-sequence number are skipped).
+``Position(seq, sub)`` is a record's checkpoint ("strictly after this" as a start: a reader
+started from it delivers only records after it, also in the middle of a KPL aggregate), and
+``InitialPosition`` the LATEST, TRIM_HORIZON or AT_TIMESTAMP checkpoint of a shard never read.
+They are not separate types: they build checkpoints, and ``isinstance(cp, Position)`` tests a
+checkpoint's kind, so a lease checkpoint is itself a reader's start.
 """
 
 from __future__ import annotations
 
-import functools
-from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import ClassVar, Literal
+from typing import Any, ClassVar, cast
 
-from kinesis.errors import ConfigurationError
+from kinesis.errors import ConfigurationError, InvalidCheckpointError
+from kinesis.lease_loop.checkpoints import (
+    INITIAL,
+    LATEST,
+    SHARD_END,
+    TRIM_HORIZON,
+    Checkpoint,
+    InitialPositionKind,
+)
+from kinesis.sequence_numbers import check_sequence_number
 
-InitialPositionKind = Literal["LATEST", "TRIM_HORIZON", "AT_TIMESTAMP"]
+__all__ = [
+    "LATEST",
+    "SHARD_END",
+    "TRIM_HORIZON",
+    "Checkpoint",
+    "InitialPosition",
+    "InitialPositionKind",
+    "Position",
+    "iterator_args",
+]
 
 
-@functools.total_ordering
-@dataclass(frozen=True)
-class Position:
-    """A record's position in a shard; as a start point it means "strictly after this"."""
+class _KindTest(type):
+    """``isinstance(cp, Position)`` asks whether the checkpoint ``cp`` is of that kind."""
 
-    sequence_number: str
-    sub_sequence_number: int = 0
+    def __instancecheck__(cls, instance: object) -> bool:
+        return isinstance(instance, Checkpoint) and cls._is_kind(instance)  # type: ignore[attr-defined]
 
-    def __post_init__(self) -> None:
-        if not isinstance(self.sequence_number, str) or not self.sequence_number.isdigit():
-            raise ConfigurationError(
-                f"sequence_number must be a decimal string such as '4959...', got "
-                f"{self.sequence_number!r}"
-            )
-        if not isinstance(self.sub_sequence_number, int) or self.sub_sequence_number < 0:
-            raise ConfigurationError(
-                f"sub_sequence_number must be an int >= 0, got {self.sub_sequence_number!r}"
-            )
 
-    @property
-    def key(self) -> tuple[int, int]:
-        """The sort key: (int(sequence_number), sub_sequence_number)."""
-        return int(self.sequence_number), self.sub_sequence_number
+class Position(Checkpoint, metaclass=_KindTest):
+    """A record position, "strictly after this" as a start: ``Position(seq, sub)`` is
+    ``Checkpoint(seq, sub)`` for a sequence number only (a sentinel is refused)."""
 
-    def __lt__(self, other: object) -> bool:
-        if not isinstance(other, Position):
-            return NotImplemented
-        return self.key < other.key
+    def __new__(cls, sequence_number: str, sub_sequence_number: int = 0) -> Position:
+        return Checkpoint(check_sequence_number(sequence_number), sub_sequence_number)  # type: ignore[return-value]
 
-    def __eq__(self, other: object) -> bool:
-        if not isinstance(other, Position):
-            return NotImplemented
-        return self.key == other.key
-
-    def __hash__(self) -> int:
-        return hash(self.key)
-
-    def to_dict(self) -> dict[str, str | int]:
-        """A JSON-friendly form: ``{"sequence_number": "...", "sub_sequence_number": 0}``."""
-        return {"sequence_number": self.sequence_number, "sub_sequence_number": self.sub_sequence_number}
+    @staticmethod
+    def _is_kind(cp: Checkpoint) -> bool:
+        return cp.is_record
 
     @classmethod
-    def from_dict(cls, value: dict[str, str | int]) -> Position:
-        """The inverse of :meth:`to_dict`."""
-        try:
-            return cls(str(value["sequence_number"]), int(value.get("sub_sequence_number", 0)))
-        except (KeyError, TypeError, ValueError) as exc:
+    def from_dict(cls, value: dict[str, Any]) -> Position:
+        """The inverse of :meth:`Checkpoint.to_dict`."""
+        if not isinstance(value, dict) or "sequence_number" not in value:
             raise ConfigurationError(
                 f"a position needs 'sequence_number' (and optionally 'sub_sequence_number'), "
                 f"got {value!r}"
-            ) from exc
+            )
+        return cls(value["sequence_number"], value.get("sub_sequence_number", 0))
 
 
-@dataclass(frozen=True)
-class InitialPosition:
-    """Where to start a shard that has no checkpoint: LATEST, TRIM_HORIZON or AT_TIMESTAMP."""
-
-    kind: InitialPositionKind
-    timestamp: datetime | None = None
+class InitialPosition(Checkpoint, metaclass=_KindTest):
+    """Where a shard without checkpoint starts: ``InitialPosition(kind, timestamp=None)`` is
+    the LATEST, TRIM_HORIZON or AT_TIMESTAMP checkpoint."""
 
     LATEST: ClassVar[InitialPosition]
     TRIM_HORIZON: ClassVar[InitialPosition]
 
-    def __post_init__(self) -> None:
-        if self.kind not in ("LATEST", "TRIM_HORIZON", "AT_TIMESTAMP"):
+    def __new__(cls, kind: InitialPositionKind, timestamp: datetime | None = None) -> InitialPosition:
+        if kind not in INITIAL:
             raise ConfigurationError(
-                f"initial position must be LATEST, TRIM_HORIZON or AT_TIMESTAMP, got {self.kind!r}"
+                f"initial position must be LATEST, TRIM_HORIZON or AT_TIMESTAMP, got {kind!r}"
             )
-        if (self.kind == "AT_TIMESTAMP") != (self.timestamp is not None):
-            raise ConfigurationError(
-                "AT_TIMESTAMP needs a timestamp (InitialPosition.at_timestamp(dt)); "
-                "LATEST and TRIM_HORIZON take none"
-            )
-        if self.timestamp is not None and self.timestamp.tzinfo is None:
-            raise ConfigurationError(
-                f"AT_TIMESTAMP needs a timezone-aware datetime, got naive {self.timestamp!r}; "
-                "use datetime(..., tzinfo=UTC)"
-            )
+        return Checkpoint(kind, 0, timestamp)  # type: ignore[return-value]
 
-    @classmethod
-    def at_timestamp(cls, timestamp: datetime) -> InitialPosition:
-        """Start at the first record that arrived at or after ``timestamp`` (timezone-aware)."""
-        return cls("AT_TIMESTAMP", timestamp)
+    @staticmethod
+    def _is_kind(cp: Checkpoint) -> bool:
+        return cp.is_initial
 
     @classmethod
     def parse(cls, text: str) -> InitialPosition:
@@ -121,29 +98,25 @@ class InitialPosition:
                     f"cannot parse the timestamp in {text!r}: use ISO 8601, e.g. "
                     "AT_TIMESTAMP:2024-05-01T12:00:00+00:00"
                 ) from exc
-            return cls.at_timestamp(ts if ts.tzinfo else ts.replace(tzinfo=UTC))
+            return cls("AT_TIMESTAMP", ts if ts.tzinfo else ts.replace(tzinfo=UTC))
         raise ConfigurationError(
             f"cannot parse initial position {text!r}: use LATEST, TRIM_HORIZON or "
             "AT_TIMESTAMP:<ISO 8601 timestamp>"
         )
 
-    def __str__(self) -> str:
-        return f"AT_TIMESTAMP:{self.timestamp.isoformat()}" if self.timestamp else self.kind
+
+InitialPosition.LATEST = cast(InitialPosition, LATEST)  # isinstance(LATEST, InitialPosition) holds
+InitialPosition.TRIM_HORIZON = cast(InitialPosition, TRIM_HORIZON)
 
 
-InitialPosition.LATEST = InitialPosition("LATEST")
-InitialPosition.TRIM_HORIZON = InitialPosition("TRIM_HORIZON")
-
-StartPosition = Position | InitialPosition
-"""Where a reader starts: just after a checkpointed :class:`Position`, or an initial position."""
-
-
-def iterator_args(start: StartPosition) -> dict[str, object]:
-    """The GetShardIterator arguments for ``start`` (``Position`` -> AT_SEQUENCE_NUMBER + filter)."""
-    if isinstance(start, Position):
+def iterator_args(start: Checkpoint) -> dict[str, object]:
+    """The GetShardIterator arguments for a reader's ``start`` (a record -> AT_SEQUENCE_NUMBER)."""
+    if start.is_record:
         # AT, not AFTER: the checkpoint may sit in the middle of an aggregated record; the
         # reader drops every sub-record <= the checkpoint, so the record itself is skipped too.
         return {"ShardIteratorType": "AT_SEQUENCE_NUMBER", "StartingSequenceNumber": start.sequence_number}
-    if start.kind == "AT_TIMESTAMP":
+    if start.is_shard_end:
+        raise InvalidCheckpointError("SHARD_END is not a start position: the shard is finished")
+    if start.timestamp is not None:
         return {"ShardIteratorType": "AT_TIMESTAMP", "Timestamp": start.timestamp}
-    return {"ShardIteratorType": start.kind}
+    return {"ShardIteratorType": start.sequence_number}

@@ -42,7 +42,7 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
-from kinesis.consumer.positions import InitialPosition, Position
+from kinesis.consumer.positions import Checkpoint, InitialPosition, Position
 from kinesis.consumer.prepared_checkpointer import PreparedCheckpointer
 from kinesis.consumer.records import Record
 from kinesis.errors import CheckpointError, LeaseLostError
@@ -226,12 +226,12 @@ class CheckpointerBase(ABC):
             return target.position
         if isinstance(target, Position):
             return target
-        if isinstance(target, str):
-            return Position(target, sub)
-        raise CheckpointError(
-            f"checkpoint() takes a Record, a Position, a sequence number string or nothing, "
-            f"got {type(target).__name__}"
-        )
+        if isinstance(target, Checkpoint):
+            raise CheckpointError(
+                f"checkpoint() takes a Record, a Position, a sequence number string or nothing, "
+                f"got the {target.kind} sentinel"
+            )
+        return Position(target, sub)  # the validator refuses anything but a sequence number
 
     def _check_bounds(self, position: Position) -> None:
         if self.last_checkpoint is not None and position < self.last_checkpoint:

@@ -21,7 +21,7 @@ from typing import Any
 
 from botocore.exceptions import ClientError
 
-from kinesis.consumer.positions import InitialPosition, Position, StartPosition, iterator_args
+from kinesis.consumer.positions import Checkpoint, InitialPosition, Position, iterator_args
 from kinesis.consumer.records import Record, records_from_response
 from kinesis.consumer.shards import named_client_error
 from kinesis.consumer.throttling import ShutdownRequested, call_with_retries, is_retryable
@@ -82,7 +82,7 @@ class ShardReader:
         kinesis_client: Any,
         stream_name: str,
         shard_id: str,
-        start: StartPosition = InitialPosition.LATEST,
+        start: Checkpoint = InitialPosition.LATEST,
         *,
         max_records: int = MAX_GET_RECORDS_LIMIT,
         idle_backoff: float = 1.0,
@@ -355,7 +355,7 @@ def read_range(
     kinesis_client: Any,
     stream_name: str,
     shard_id: str,
-    after: StartPosition,
+    after: Checkpoint,
     until: Position | None = None,
     max_records: int | None = None,
     *,

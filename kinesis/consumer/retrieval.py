@@ -12,7 +12,7 @@ from typing import Any, Protocol
 
 from kinesis.consumer.consumer_registration import ConsumerRegistration
 from kinesis.consumer.fanout_reader import FanOutReader
-from kinesis.consumer.positions import Position, StartPosition
+from kinesis.consumer.positions import Checkpoint, Position
 from kinesis.consumer.reader import ReadResult, ShardReader
 from kinesis.consumer.worker_config import StreamConfig, WorkerConfig
 from kinesis.errors import ConfigurationError
@@ -34,7 +34,7 @@ class BatchReader(Protocol):
 def make_reader(
     spec: StreamConfig,
     shard_id: str,
-    start: StartPosition,
+    start: Checkpoint,
     *,
     kinesis_client: Any,
     config: WorkerConfig,

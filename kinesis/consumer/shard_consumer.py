@@ -52,7 +52,7 @@ from botocore.exceptions import BotoCoreError
 
 from kinesis.consumer.consumer_registration import ConsumerRegistration
 from kinesis.consumer.lease_checkpointer import LeaseCheckpointer
-from kinesis.consumer.positions import InitialPosition, Position, StartPosition
+from kinesis.consumer.positions import Checkpoint, InitialPosition, Position
 from kinesis.consumer.processing_failures import (
     FailedBatch,
     FailureAction,
@@ -74,7 +74,7 @@ from kinesis.errors import (
     StreamNotActiveError,
     StreamNotFoundError,
 )
-from kinesis.lease_loop.lease_model import Checkpoint, Lease
+from kinesis.lease_loop.lease_model import Lease
 
 log = logging.getLogger(__name__)
 
@@ -236,9 +236,7 @@ class ShardConsumer:
                 self.state = "lost"
                 return
             checkpoint = pinned
-        start = checkpoint.to_start_position()
-        assert start is not None
-        last = start if isinstance(start, Position) else None
+        last = checkpoint if isinstance(checkpoint, Position) else None
         pending = _pending_position(self.lease.pending_checkpoint, checkpoint)
         checkpointer = LeaseCheckpointer(
             coordinator, self.key, self.spec.stream, self.shard_id, last, pending
@@ -248,11 +246,11 @@ class ShardConsumer:
             self.processor_factory(), self.pool.processor_style,
             source=f"the processor factory of stream {self.spec.stream!r}",
         )
-        initial = start if isinstance(start, InitialPosition) else self.spec.start
+        initial = checkpoint if isinstance(checkpoint, InitialPosition) else self.spec.start
         processor.initialize(
             InitializationInput(self.spec.stream, self.shard_id, last, initial, pending_checkpoint=pending)
         )
-        reader = self.pool.make_reader(self.spec, self.shard_id, start, self._wake)
+        reader = self.pool.make_reader(self.spec, self.shard_id, checkpoint, self._wake)
         self.state = "processing"
         try:
             ended = self._loop(reader, processor, checkpointer)
@@ -513,7 +511,7 @@ class ConsumerPool:
 
     # --- used by consumers --------------------------------------------------------------
 
-    def make_reader(self, spec: StreamConfig, shard_id: str, start: StartPosition,
+    def make_reader(self, spec: StreamConfig, shard_id: str, start: Checkpoint,
                     stop_event: threading.Event) -> BatchReader:
         """The reader for one shard: polling or fan-out, by ``spec.retrieval``."""
         return make_reader(
@@ -580,11 +578,11 @@ class ConsumerPool:
 
 
 def _pending_position(pending: Checkpoint | None, checkpoint: Checkpoint) -> Position | None:
-    """The lease's pending checkpoint as a position, if it is still ahead of the checkpoint
-    (a member of an older release may have checkpointed past it without clearing it)."""
-    if pending is None or not checkpoint < pending:
+    """The lease's pending checkpoint, if it is still ahead of the checkpoint (a member of an
+    older release may have checkpointed past it without clearing it)."""
+    if not isinstance(pending, Position) or not checkpoint < pending:
         return None
-    return Position(pending.sequence_number, pending.sub_sequence_number)
+    return pending
 
 
 class _NoCoordinator:

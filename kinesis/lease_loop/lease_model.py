@@ -1,4 +1,5 @@
-"""The lease item, its checkpoint, and how both map to DynamoDB attributes.
+"""The lease item and how it and its checkpoint (a :class:`~kinesis.lease_loop.checkpoints.Checkpoint`,
+re-exported here with its sentinels) map to DynamoDB attributes.
 
 One lease row per resource (e.g. per (consumer, stream, shard)); heartbeat rows of
 :class:`~kinesis.lease_loop.membership.DynamoDBMembership` live in the same table under the
@@ -33,16 +34,21 @@ Lease attributes (camelCase, KCL style):
 from __future__ import annotations
 
 import enum
-import functools
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from datetime import datetime
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from kinesis.errors import CorruptLeaseError, InvalidCheckpointError, InvalidLeaseKeyError
-
-if TYPE_CHECKING:
-    from kinesis.consumer.positions import InitialPosition, Position
+from kinesis.errors import (
+    CorruptCheckpointError,
+    CorruptLeaseError,
+    InvalidCheckpointError,
+    InvalidLeaseKeyError,
+    InvalidSequenceNumberError,
+)
+from kinesis.lease_loop.checkpoints import LATEST as LATEST  # re-exported: the lease API's names
+from kinesis.lease_loop.checkpoints import SHARD_END as SHARD_END
+from kinesis.lease_loop.checkpoints import TRIM_HORIZON, Checkpoint
 
 KEY = "leaseKey"
 OWNER = "leaseOwner"
@@ -69,12 +75,6 @@ HEARTBEAT = "heartbeat"
 INCARNATION = "incarnation"
 STARTED_AT = "startedAt"
 
-SEQUENCE_DIGITS = 130  # Kinesis: 0|([1-9]\d{0,128})
-SUB_SEQUENCE_DIGITS = 20
-
-_INITIAL = ("TRIM_HORIZON", "LATEST", "AT_TIMESTAMP")
-SENTINELS = (*_INITIAL, "SHARD_END")
-
 
 def check_lease_key(key: object) -> str:
     """Return ``key`` if it is a usable lease key, else raise :class:`InvalidLeaseKeyError`."""
@@ -88,161 +88,6 @@ def check_lease_key(key: object) -> str:
     if len(key.encode()) > 2048:
         raise InvalidLeaseKeyError(f"lease key {key[:40]!r}... is longer than DynamoDB's 2048 bytes")
     return key
-
-
-@functools.total_ordering
-@dataclass(frozen=True, eq=False)
-class Checkpoint:
-    """A position in a shard: a sequence number (+ sub-sequence) or a sentinel.
-
-    Sentinels (like KCL's ``ExtendedSequenceNumber``):
-
-    * :data:`TRIM_HORIZON`, :data:`LATEST` and ``Checkpoint.at_timestamp(dt)``: the lease
-      was never checkpointed; the reader starts at that initial position. They sort
-      before every sequence number and equal to each other.
-    * :data:`SHARD_END`: the shard was read to its end and fully processed; children may
-      start. It sorts after every sequence number.
-
-    Sequence numbers compare as integers, then by sub-sequence number.
-    """
-
-    sequence_number: str
-    sub_sequence_number: int = 0
-    timestamp: datetime | None = None
-
-    def __post_init__(self) -> None:
-        seq, sub = self.sequence_number, self.sub_sequence_number
-        if isinstance(sub, bool) or not isinstance(sub, int) or not 0 <= sub < 10**SUB_SEQUENCE_DIGITS:
-            raise InvalidCheckpointError(
-                f"sub_sequence_number must be an int >= 0, got {sub!r}"
-            )
-        if not isinstance(seq, str):
-            raise InvalidCheckpointError(
-                f"sequence_number must be a string (a Kinesis sequence number or one of "
-                f"{SENTINELS}), got {type(seq).__name__} {seq!r}"
-            )
-        if seq in SENTINELS:
-            if sub:
-                raise InvalidCheckpointError(f"the {seq} sentinel takes no sub-sequence number")
-            if (seq == "AT_TIMESTAMP") != (self.timestamp is not None):
-                raise InvalidCheckpointError(
-                    "AT_TIMESTAMP needs a timezone-aware timestamp (Checkpoint.at_timestamp(dt)); "
-                    "other checkpoints take none"
-                )
-            if self.timestamp is not None and self.timestamp.tzinfo is None:
-                raise InvalidCheckpointError(
-                    f"AT_TIMESTAMP needs a timezone-aware datetime, got naive {self.timestamp!r}"
-                )
-            return
-        if not (seq.isascii() and seq.isdigit()) or len(seq) > SEQUENCE_DIGITS:
-            raise InvalidCheckpointError(
-                f"sequence_number must be a decimal Kinesis sequence number or one of "
-                f"{SENTINELS}, got {seq!r}"
-            )
-        if self.timestamp is not None:
-            raise InvalidCheckpointError("only the AT_TIMESTAMP sentinel carries a timestamp")
-        canonical = str(int(seq))
-        if canonical != seq:
-            object.__setattr__(self, "sequence_number", canonical)
-
-    @classmethod
-    def at_timestamp(cls, timestamp: datetime) -> Checkpoint:
-        """The AT_TIMESTAMP initial position (timezone-aware ``timestamp``)."""
-        return cls("AT_TIMESTAMP", 0, timestamp)
-
-    @classmethod
-    def of(cls, position: object) -> Checkpoint:
-        """Convert a checkpoint-like object: a :class:`Checkpoint`, a sentinel string, a
-        sequence-number string, or anything with ``sequence_number`` (+ ``sub_sequence_number``)
-        attributes (a record or a position), or ``kind`` (+ ``timestamp``: an initial position).
-        """
-        if isinstance(position, Checkpoint):
-            return position
-        if isinstance(position, str):
-            return cls(position)
-        seq = getattr(position, "sequence_number", None)
-        if isinstance(seq, str):
-            return cls(seq, getattr(position, "sub_sequence_number", 0) or 0)
-        kind = getattr(position, "kind", None)
-        if isinstance(kind, str) and kind in _INITIAL:
-            return cls(kind, 0, getattr(position, "timestamp", None))
-        raise InvalidCheckpointError(
-            f"cannot make a checkpoint from {position!r}: pass a sequence number string, a "
-            "record/position with sequence_number, or an initial position"
-        )
-
-    def to_start_position(self) -> Position | InitialPosition | None:
-        """Where a reader resumes: just after this sequence number, or at the initial position.
-
-        ``None`` for :data:`SHARD_END` (nothing left to read).
-        """
-        from kinesis.consumer.positions import InitialPosition, Position
-
-        if self.is_shard_end:
-            return None
-        if self.sequence_number == "AT_TIMESTAMP":
-            assert self.timestamp is not None
-            return InitialPosition.at_timestamp(self.timestamp)
-        if self.is_initial:
-            return InitialPosition(self.sequence_number)  # type: ignore[arg-type]
-        return Position(self.sequence_number, self.sub_sequence_number)
-
-    @property
-    def is_initial(self) -> bool:
-        """True for TRIM_HORIZON, LATEST and AT_TIMESTAMP (never checkpointed)."""
-        return self.sequence_number in _INITIAL
-
-    @property
-    def is_shard_end(self) -> bool:
-        """True for the SHARD_END sentinel."""
-        return self.sequence_number == "SHARD_END"
-
-    @property
-    def order_key(self) -> tuple[int, int, int]:
-        """(rank, sequence as int, sub-sequence): initial < any sequence < SHARD_END."""
-        if self.is_initial:
-            return (0, 0, 0)
-        if self.is_shard_end:
-            return (2, 0, 0)
-        return (1, int(self.sequence_number), self.sub_sequence_number)
-
-    @property
-    def order_string(self) -> str:
-        """A fixed-width string whose byte order is :attr:`order_key` order (for conditions)."""
-        rank, seq, sub = self.order_key
-        return f"{rank}:{seq:0{SEQUENCE_DIGITS}d}:{sub:0{SUB_SEQUENCE_DIGITS}d}"
-
-    def __eq__(self, other: object) -> bool:
-        if not isinstance(other, Checkpoint):
-            return NotImplemented
-        return (self.sequence_number, self.sub_sequence_number, self.timestamp) == (
-            other.sequence_number,
-            other.sub_sequence_number,
-            other.timestamp,
-        )
-
-    def __hash__(self) -> int:
-        return hash((self.sequence_number, self.sub_sequence_number, self.timestamp))
-
-    def __lt__(self, other: object) -> bool:
-        if not isinstance(other, Checkpoint):
-            return NotImplemented
-        return self.order_key < other.order_key
-
-    def __str__(self) -> str:
-        if self.timestamp is not None:
-            return f"AT_TIMESTAMP:{self.timestamp.isoformat()}"
-        if self.sub_sequence_number:
-            return f"{self.sequence_number}/{self.sub_sequence_number}"
-        return self.sequence_number
-
-
-TRIM_HORIZON = Checkpoint("TRIM_HORIZON")
-"""Initial position: start at the oldest record still in the shard."""
-LATEST = Checkpoint("LATEST")
-"""Initial position: start with records that arrive after the reader starts."""
-SHARD_END = Checkpoint("SHARD_END")
-"""The shard is closed and every record in it was processed: its children may start."""
 
 
 class LeaseState(enum.StrEnum):
@@ -320,7 +165,7 @@ def _s(item: Mapping[str, Any], name: str, *, required: bool = True) -> str | No
     return value["S"]
 
 
-def _n(item: Mapping[str, Any], name: str, *, default: int | None = None) -> int:
+def _n(item: Mapping[str, Any], name: str, *, default: int | None = None, signed: bool = False) -> int:
     value = item.get(name)
     if value is None:
         if default is None:
@@ -332,21 +177,31 @@ def _n(item: Mapping[str, Any], name: str, *, default: int | None = None) -> int
         number = int(value["N"])
     except (TypeError, ValueError):
         raise ValueError(f"attribute {name!r} must be an integer, got {value['N']!r}") from None
-    if number < 0:
+    if number < 0 and not signed:
         raise ValueError(f"attribute {name!r} must be >= 0, got {number}")
     return number
+
+
+def _checkpoint(name: str, seq: str, sub: int, ts: datetime | None = None) -> Checkpoint:
+    """The checkpoint in attribute ``name``; the error names the attribute."""
+    try:
+        return Checkpoint(seq, sub, ts)
+    except InvalidSequenceNumberError as exc:
+        raise InvalidSequenceNumberError(f"bad {name}: {exc}") from exc
+    except InvalidCheckpointError as exc:
+        raise ValueError(f"bad {name}: {exc}") from None
 
 
 def _checkpoint_from_item(item: Mapping[str, Any]) -> Checkpoint:
     seq = _s(item, CHECKPOINT)
     assert seq is not None
-    sub = _n(item, SUB_SEQUENCE, default=0)
+    sub = _n(item, SUB_SEQUENCE, default=0, signed=True)  # the sign is checked with the number
     ts_text = _s(item, CHECKPOINT_TS, required=False)
     try:
         ts = datetime.fromisoformat(ts_text) if ts_text is not None else None
-        cp = Checkpoint(seq, sub, ts)
-    except (ValueError, InvalidCheckpointError) as exc:
-        raise ValueError(f"bad checkpoint: {exc}") from None
+    except ValueError as exc:
+        raise ValueError(f"bad {CHECKPOINT_TS}: {exc}") from None
+    cp = _checkpoint(CHECKPOINT, seq, sub, ts)
     order = _s(item, CHECKPOINT_ORDER)
     if order != cp.order_string:
         raise ValueError(f"checkpointOrder {order!r} does not match checkpoint {seq!r}/{sub}")
@@ -357,11 +212,8 @@ def _pending_from_item(item: Mapping[str, Any]) -> Checkpoint | None:
     seq = _s(item, PENDING_CHECKPOINT, required=False)
     if seq is None:
         return None
-    try:
-        cp = Checkpoint(seq, _n(item, PENDING_SUB_SEQUENCE, default=0))
-    except InvalidCheckpointError as exc:
-        raise ValueError(f"bad pendingCheckpoint: {exc}") from None
-    if cp.is_initial or cp.is_shard_end:
+    cp = _checkpoint(PENDING_CHECKPOINT, seq, _n(item, PENDING_SUB_SEQUENCE, default=0, signed=True))
+    if not cp.is_record:
         raise ValueError(f"pendingCheckpoint must be a sequence number, got {seq!r}")
     return cp
 
@@ -401,6 +253,8 @@ def lease_from_item(item: Mapping[str, Any]) -> Lease:
             write_token=_s(item, WRITE_TOKEN, required=False),
             pending_checkpoint=_pending_from_item(item),
         )
+    except InvalidSequenceNumberError as exc:
+        raise CorruptCheckpointError(str(key), str(exc)) from exc
     except ValueError as exc:
         raise CorruptLeaseError(str(key), str(exc)) from None
 
