@@ -92,6 +92,10 @@ def test_checkpoints_and_a_graceful_handoff_shutdown_requested_then_lease_lost(a
         fleet.start("k2")
         fleet.wait_until(lambda: fleet.balanced(shards=4), TIMEOUT, "k2 to take half the shards")
         assert fleet.counts() == {"k1": 2, "k2": 2}
+        # the lease rows say k2 holds two shards; its processors start a moment later (on a
+        # loaded machine, possibly after the last record was produced and processed)
+        fleet.wait_until(lambda: len(events_of(fleet, "initialize", "k2")) >= 2, TIMEOUT,
+                         "k2 to initialize the two shards handed to it")
         producer.stop()
         produced = producer.snapshot()
         wanted = {(p.shard_id, p.sequence_number) for p in produced}
