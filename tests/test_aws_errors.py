@@ -7,7 +7,7 @@ from botocore.exceptions import ClientError, EndpointConnectionError, ReadTimeou
 
 from kinesis import aws_errors
 from kinesis.consumer import fanout_reader, reader, throttling
-from kinesis.lease_loop import leases
+from kinesis.lease_loop import table_calls
 
 
 def client_error(code: str, status: int = 400) -> ClientError:
@@ -16,7 +16,7 @@ def client_error(code: str, status: int = 400) -> ClientError:
 
 
 def test_every_caller_uses_the_same_classifier() -> None:
-    assert leases.is_retryable is aws_errors.is_retryable
+    assert table_calls.is_retryable is aws_errors.is_retryable
     assert throttling.is_retryable is aws_errors.is_retryable
     assert reader.is_retryable is aws_errors.is_retryable
     assert fanout_reader.is_retryable is aws_errors.is_retryable

@@ -57,3 +57,41 @@ def test_the_public_names_are_unchanged() -> None:
     for name in ("Worker", "WorkerConfig", "LeaseCoordinator", "LeaseTable", "DynamoDBMembership",
                  "Checkpoint", "Position", "RecordProcessor", "ShardReader", "FakeClock"):
         assert getattr(kinesis, name).__module__.startswith(("kinesis.lease_loop", "kinesis.consumer"))
+
+
+CONSUMER = Path(kinesis.__file__).parent / "consumer"
+
+
+def test_the_lease_table_is_split_into_its_parts() -> None:
+    parts = {"table_calls", "table_setup", "table_reads", "member_rows", "write_rules"}
+    assert parts <= {path.stem for path in LEASE_LOOP.glob("*.py")}
+    assert {f"kinesis.lease_loop.{p}" for p in parts} <= module_level_imports(LEASE_LOOP / "leases.py")
+
+
+def test_the_write_rules_are_pure() -> None:
+    # no client, no retries, no clock: what a write sets, on what condition, what a failure means
+    allowed = {"__future__", "collections.abc", "typing", "kinesis.errors", "kinesis.lease_loop",
+               "kinesis.lease_loop.lease_model"}
+    assert module_level_imports(LEASE_LOOP / "write_rules.py") <= allowed
+
+
+def imported_names(path: Path) -> set[str]:
+    """``module.name`` for every ``from module import name`` at module level."""
+    tree = ast.parse(path.read_text())
+    return {f"{node.module}.{alias.name}" for node in tree.body
+            if isinstance(node, ast.ImportFrom) and node.module for alias in node.names}
+
+
+def test_the_worker_is_split_into_its_parts() -> None:
+    path = CONSUMER / "worker.py"
+    parts = {"kinesis.consumer.worker_setup", "kinesis.consumer.worker_health"}
+    assert parts <= module_level_imports(path) | imported_names(path)
+    assert "kinesis.consumer.consumer_registration.deregister_on_stop" in imported_names(path)
+
+
+def test_the_facades_stay_small() -> None:
+    # the lease table's calls, set-up, reads and member rows, and the worker's set-up and
+    # health, live in the parts above
+    for path in (LEASE_LOOP / "leases.py", CONSUMER / "worker.py"):
+        lines = len(path.read_text().splitlines())
+        assert lines <= 400, f"{path.name} has {lines} lines: move a responsibility into a part"

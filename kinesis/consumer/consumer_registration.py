@@ -19,7 +19,8 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from typing import Any
+from collections.abc import Iterable, Mapping
+from typing import TYPE_CHECKING, Any
 
 from botocore.exceptions import ClientError
 
@@ -33,6 +34,9 @@ from kinesis.errors import (
     access_denied_message,
     is_access_denied,
 )
+
+if TYPE_CHECKING:
+    from kinesis.consumer.worker_config import StreamConfig
 
 log = logging.getLogger(__name__)
 
@@ -223,6 +227,23 @@ class ConsumerRegistration:
             return KinesisAccessDeniedError(access_denied_message(operation, target, action, exc), action)
         named: KinesisHashRingError | None = named_client_error(self.client, self.stream_name, operation, exc)
         return named if named is not None else exc
+
+
+def deregister_on_stop(
+    streams: Iterable[StreamConfig], registrations: Mapping[str, ConsumerRegistration]
+) -> list[tuple[StreamConfig, Exception]]:
+    """After a clean stop: deregister the fan-out consumers of the streams that ask for it
+    (``deregister_consumer_on_stop``). Returns the failures: those consumers stay registered."""
+    failed: list[tuple[StreamConfig, Exception]] = []
+    for spec in streams:
+        registration = registrations.get(spec.key_prefix)
+        if registration is None or not spec.deregister_consumer_on_stop:
+            continue
+        try:
+            registration.deregister()
+        except Exception as exc:  # the stop is clean either way
+            failed.append((spec, exc))
+    return failed
 
 
 def _code(exc: ClientError) -> str:

@@ -50,27 +50,24 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Mapping
-from dataclasses import asdict, dataclass
 from typing import Any
 
 from hashring import Membership
-from kinesis.consumer.consumer_registration import ConsumerRegistration
+from kinesis.consumer import worker_health, worker_setup
+from kinesis.consumer.consumer_registration import deregister_on_stop
 from kinesis.consumer.health import HealthServer
 from kinesis.consumer.metrics import build_registry, render
-from kinesis.consumer.processor_style import check_factory, check_style
-from kinesis.consumer.shard_consumer import ConsumerPool, ShardStatus
+from kinesis.consumer.shard_consumer import ConsumerPool
 from kinesis.consumer.shard_manifest import shard_provider
-from kinesis.consumer.shards import ShardDiscovery
 from kinesis.consumer.signals import stop_on_signals
 from kinesis.consumer.worker_config import (
     ProcessorFactory,
     StreamConfig,
     WorkerConfig,
-    default_worker_id,
     lease_key,
     parse_lease_key,
 )
+from kinesis.consumer.worker_health import WorkerStatus
 from kinesis.errors import ConfigurationError
 from kinesis.lease_loop.clock import MONOTONIC, Clock
 from kinesis.lease_loop.coordinator import LeaseCoordinator
@@ -89,36 +86,6 @@ __all__ = [
     "lease_key",
     "parse_lease_key",
 ]
-
-
-@dataclass(frozen=True)
-class WorkerStatus:
-    """A snapshot of a worker, for logs, the ``/status`` endpoint and metrics."""
-
-    worker_id: str
-    state: str
-    """new, running, stopping or stopped."""
-    live: bool
-    ready: bool
-    members: tuple[str, ...]
-    """The members of the last lease plan (the live member list minus suspected members)."""
-    held: tuple[str, ...]
-    pending_handoffs: Mapping[str, str | None]
-    shards: tuple[ShardStatus, ...]
-    lease_counters: Mapping[str, int]
-    """The coordinator's counters (:data:`kinesis.lease_loop.coordinator.COUNTER_NAMES`)."""
-    worker_counters: Mapping[str, int]
-    """processor_errors, read_errors, shard_ends, consumers_started."""
-    records_processed: Mapping[str, int]
-    """``"<application>/<stream>"`` -> records handed to processors by this worker."""
-    ticks: int
-    seconds_since_tick: float | None
-
-    def to_dict(self) -> dict[str, Any]:
-        """A JSON-friendly dict."""
-        out = asdict(self)
-        out["shards"] = [asdict(s) for s in self.shards]
-        return out
 
 
 class Worker:
@@ -141,70 +108,22 @@ class Worker:
     ):
         if not isinstance(config, WorkerConfig):
             raise ConfigurationError(f"config must be a WorkerConfig, got {type(config).__name__}")
-        if processor_factory is not None and not callable(processor_factory):
-            raise ConfigurationError(
-                f"processor_factory must be a callable returning a RecordProcessor (e.g. the class), "
-                f"got {processor_factory!r}"
-            )
-        check_style(processor_style)
-        if processor_factory is not None:
-            check_factory(processor_factory, processor_style)
-        for s in config.streams:
-            if s.processor_factory is not None:
-                check_factory(s.processor_factory, processor_style,
-                              source=f"the processor factory of stream {s.stream!r}")
-        missing = [s.stream for s in config.streams if s.processor_factory is None and processor_factory is None]
-        if missing:
-            raise ConfigurationError(
-                f"no processor factory for stream(s) {missing}: pass Worker(config, processor_factory) "
-                "or set StreamConfig.processor_factory"
-            )
+        worker_setup.check_processor_factories(config, processor_factory, processor_style)
         self.config = config
-        self.kinesis_client = kinesis_client or _client(session, "kinesis", endpoint_url, region_name)
-        self.dynamodb_client = dynamodb_client or _client(session, "dynamodb", endpoint_url, region_name)
+        build = worker_setup.build_client
+        self.kinesis_client = kinesis_client or build(session, "kinesis", endpoint_url, region_name)
+        self.dynamodb_client = dynamodb_client or build(session, "dynamodb", endpoint_url, region_name)
         self.clock = clock
         self.table = LeaseTable(
             self.dynamodb_client, config.table_name, create_if_missing=config.create_table, clock=clock
         )
-        if membership is None:
-            membership = DynamoDBMembership(
-                self.table,
-                config.worker_id or default_worker_id(),
-                member_timeout=config.effective_member_timeout,
-                clock=clock,
-            )
-        elif not isinstance(membership, Membership):
-            raise ConfigurationError(
-                f"membership must implement hashring.Membership, got {type(membership).__name__}"
-            )
-        elif config.worker_id is not None and config.worker_id != membership.self_id:
-            raise ConfigurationError(
-                f"worker_id {config.worker_id!r} differs from the membership's self_id "
-                f"{membership.self_id!r}: leave worker_id unset when passing a membership"
-            )
-        self.membership = membership
+        self.membership = membership = worker_setup.worker_membership(config, self.table, membership, clock)
         self.worker_id = membership.self_id
-        self.discoveries = {
-            s.key_prefix: ShardDiscovery(
-                self.kinesis_client,
-                s.stream,
-                cache_ttl=config.shard_sync_interval,
-                max_attempts=config.kinesis_retry_attempts,
-                retry_option="WorkerConfig.kinesis_retry_attempts",
-            )
-            for s in config.streams
-        }
+        self.discoveries = worker_setup.shard_discoveries(config, self.kinesis_client)
         self.shard_sync = shard_provider(
             config, self.table, [(s, self.discoveries[s.key_prefix]) for s in config.streams], membership, clock
         )
-        self.registrations = {
-            s.key_prefix: ConsumerRegistration(
-                self.kinesis_client, s.stream, s.effective_consumer_name,
-                max_attempts=config.kinesis_retry_attempts,
-            )
-            for s in config.streams
-            if s.fanout
-        }
+        self.registrations = worker_setup.fanout_registrations(config, self.kinesis_client)
         """Enhanced Fan-Out stream consumers (streams with ``retrieval="fanout"``), by key prefix."""
         self.pool = ConsumerPool(
             config, self.kinesis_client, processor_factory, on_shard_end=self._shard_ended,
@@ -268,18 +187,8 @@ class Worker:
 
     def startup_line(self) -> str:
         """One line that says who this worker is and how it runs (logged at start)."""
-        t = self.config.timing
-        streams = ", ".join(
-            f"{s.application}/{s.stream} from {s.start.kind}"
-            + (f" (fan-out consumer {s.effective_consumer_name})" if s.fanout else "")
-            for s in self.config.streams
-        )
-        return (
-            f"worker {self.worker_id} started: table {self.config.table_name}, streams [{streams}], "
-            f"membership {type(self.membership).__name__}, lease {t.lease_duration:g} s "
-            f"(tick {t.tick_interval:.3g} s, light rounds {t.scan_interval:.3g} s), replicas "
-            f"{self.config.replicas}, health {self.health_url or 'off'}"
-        )
+        return worker_health.startup_line(self.worker_id, self.config, type(self.membership).__name__,
+                                          self.health_url)
 
     def run(self, *, install_signal_handlers: bool = True, configure_logging: bool = True) -> bool:
         """Start (if needed), block until SIGTERM/SIGINT or :meth:`request_stop`, then stop gracefully.
@@ -352,8 +261,10 @@ class Worker:
         if self._health is not None:
             self._health.stop()
             self._health = None
-        if clean and not left:
-            self._deregister_consumers()
+        if clean and not left:  # a failure leaves the consumer registered; the stop is clean anyway
+            for spec, exc in deregister_on_stop(self.config.streams, self.registrations):
+                log.warning("worker %s: deregistering stream consumer %r of %s failed: %s",
+                            self.worker_id, spec.effective_consumer_name, spec.stream, exc)
         self._stop_result = clean and not left
         with self._lock:
             self._state = "stopped"
@@ -379,24 +290,12 @@ class Worker:
         """``http://host:port`` of the health server, if one runs."""
         return self._health.url if self._health is not None else None
 
-    def _seconds_since_tick(self) -> float | None:
-        last = self.coordinator.status().last_tick_at
-        return None if last is None else max(0.0, self.clock() - last)
-
     def is_live(self) -> bool:
         """The liveness probe: the lease loop ticked within ``liveness_timeout``."""
         if self.state not in ("running", "stopping"):
             return False
-        since = self._seconds_since_tick()
-        if since is None:  # not ticked yet: live during the first liveness window
-            assert self._started_at is not None
-            since = self.clock() - self._started_at
-        return since <= self.config.effective_liveness_timeout
-
-    def _planned_members(self) -> tuple[str, ...]:
-        """The members of the coordinator's last plan (no I/O: probes must stay cheap)."""
-        plan = self.coordinator.last_plan
-        return tuple(plan.members) if plan is not None else ()
+        return worker_health.is_live(self.coordinator.status().last_tick_at, self._started_at, self.clock(),
+                                     self.config.effective_liveness_timeout)
 
     def is_ready(self) -> bool:
         """The readiness probe (see :meth:`readiness`)."""
@@ -412,22 +311,16 @@ class Worker:
         if self.state != "running":
             return False, f"worker is {self.state}"
         cs = self.coordinator.status()
-        if cs.ticks < 1:
-            return False, "the lease loop has not completed a round yet"
-        now, limit = self.clock(), self.config.effective_readiness_timeout
-        error = f" (last error: {cs.last_error})" if cs.last_error else ""
-        for what, at in (("lease table", cs.last_table_read_at), ("member list", cs.last_membership_at)):
-            if at is None or now - at > limit:
-                since = "never read" if at is None else f"not read for {now - at:.1f} s"
-                return False, f"{what} {since} (readiness_timeout {limit:g} s){error}"
-        if isinstance(self.membership, DynamoDBMembership) and self.worker_id not in self._planned_members():
-            return False, f"{self.worker_id} is not in the member list yet"
-        return True, "ready"
+        listed = isinstance(self.membership, DynamoDBMembership)
+        planned = worker_health.planned_members(self.coordinator.last_plan) if listed else None
+        return worker_health.readiness(cs, self.clock(), self.config.effective_readiness_timeout,
+                                       self.worker_id, planned)
 
     def status(self) -> WorkerStatus:
         """A consistent-enough snapshot (each part is read atomically)."""
         cs = self.coordinator.status()
-        members = self._planned_members() if self.state in ("running", "stopping") else ()
+        running = self.state in ("running", "stopping")
+        members = worker_health.planned_members(self.coordinator.last_plan) if running else ()
         worker_counters, records = self.pool.totals()
         return WorkerStatus(
             worker_id=self.worker_id,
@@ -442,7 +335,7 @@ class Worker:
             worker_counters=worker_counters,
             records_processed=records,
             ticks=cs.ticks,
-            seconds_since_tick=self._seconds_since_tick(),
+            seconds_since_tick=worker_health.seconds_since(self.coordinator.status().last_tick_at, self.clock()),
         )
 
     def status_dict(self) -> dict[str, Any]:
@@ -460,41 +353,9 @@ class Worker:
             return None
         return render(self._registry)
 
-    def _deregister_consumers(self) -> None:
-        """After a clean stop: deregister the fan-out consumers that ask for it."""
-        for spec in self.config.streams:
-            registration = self.registrations.get(spec.key_prefix)
-            if registration is None or not spec.deregister_consumer_on_stop:
-                continue
-            try:
-                registration.deregister()
-            except Exception as exc:  # the stop is clean either way; the consumer stays registered
-                log.warning("worker %s: deregistering stream consumer %r of %s failed: %s",
-                            self.worker_id, spec.effective_consumer_name, spec.stream, exc)
-
     def _shard_ended(self, spec: StreamConfig) -> None:
         self.shard_sync.invalidate(spec.stream)
 
     def __repr__(self) -> str:
         return f"Worker({self.worker_id!r}, table={self.config.table_name!r}, state={self.state})"
 
-
-def _client(session: Any, service: str, endpoint_url: str | None, region_name: str | None) -> Any:
-    import boto3
-    from botocore.config import Config
-    from botocore.exceptions import NoRegionError
-
-    if session is None:
-        session = boto3.session.Session()
-    kwargs: dict[str, Any] = {"config": Config(max_pool_connections=64)}
-    if endpoint_url is not None:
-        kwargs["endpoint_url"] = endpoint_url
-    if region_name is not None:
-        kwargs["region_name"] = region_name
-    try:
-        return session.client(service, **kwargs)
-    except NoRegionError as exc:
-        raise ConfigurationError(
-            f"no AWS region for the {service} client: pass region_name=..., a session with a "
-            "region, ready-made clients, or set AWS_DEFAULT_REGION"
-        ) from exc

@@ -30,46 +30,21 @@ layer retried) and the write is reported as done.
 Rows that cannot be parsed raise :class:`~kinesis.errors.CorruptLeaseError` from
 :meth:`get` and are reported (logged once, listed in ``TableSnapshot.corrupt``) and
 skipped by :meth:`scan`; no method ever writes a row it could not parse.
+
+This module holds the facade and the fenced lease writes; the table's parts are
+``table_calls`` (retries, idempotent writes), ``table_setup``, ``table_reads``,
+``member_rows`` (heartbeat rows) and ``write_rules`` (what a write sets, on what
+condition, and what a failed one means: no I/O).
 """
 
 from __future__ import annotations
 
-import functools
-import logging
-import re
 import threading
 import uuid
-from collections.abc import Callable, Iterable, Mapping
-from datetime import UTC, datetime
-from typing import Any, TypeVar
+from collections.abc import Iterable, Mapping
+from typing import Any
 
-import botocore.exceptions
-from tenacity import (
-    Retrying,
-    retry_if_exception,
-    retry_if_result,
-    stop_after_attempt,
-    stop_after_delay,
-    wait_exponential,
-    wait_random_exponential,
-)
-
-from kinesis.aws_errors import error_code, is_retryable
-from kinesis.errors import (
-    CheckpointRegressionError,
-    ConfigurationError,
-    CorruptLeaseError,
-    DuplicateMemberIdError,
-    InvalidCheckpointError,
-    LeaseLostError,
-    LeaseTableAccessDeniedError,
-    LeaseTableNotFoundError,
-    LeaseTableNotReadyError,
-    LeaseTableSchemaError,
-    LeaseTableUnavailableError,
-    access_denied_message,
-    is_access_denied,
-)
+from kinesis.errors import ConfigurationError, LeaseLostError
 from kinesis.lease_loop import lease_model as m
 from kinesis.lease_loop.clock import MONOTONIC, Clock
 from kinesis.lease_loop.lease_model import (
@@ -77,27 +52,26 @@ from kinesis.lease_loop.lease_model import (
     TRIM_HORIZON,
     Checkpoint,
     Lease,
-    LeaseState,
     MemberRow,
     TableSnapshot,
     check_lease_key,
 )
-
-log = logging.getLogger(__name__)
-
-T = TypeVar("T")
+from kinesis.lease_loop.member_rows import MemberRows
+from kinesis.lease_loop.table_calls import ConditionFailed, TableCalls
+from kinesis.lease_loop.table_reads import CorruptRows, TableReads
+from kinesis.lease_loop.table_setup import ensure_table
+from kinesis.lease_loop.write_rules import (
+    check_member,
+    check_pending_checkpoint,
+    checkpoint_change,
+    explain_failure,
+    new_lease,
+    num,
+    still_held,
+    unchanged_since,
+)
 
 _KEEP: Any = object()
-
-
-
-
-class _ConditionFailed(Exception):
-    """Internal: the write condition failed; ``current`` is the row as it is now (or None)."""
-
-    def __init__(self, current: dict[str, Any] | None):
-        super().__init__("conditional check failed")
-        self.current = current
 
 
 class LeaseTable:
@@ -135,7 +109,10 @@ class LeaseTable:
         self.retry_attempts = retry_attempts
         self.retry_max_wait = float(retry_max_wait)
         self.clock = clock
-        self._reported_corrupt: dict[str, str] = {}
+        self._calls = TableCalls(self)
+        self._corrupt = CorruptRows()
+        self._reads = TableReads(self, self._calls, self._corrupt)
+        self._members = MemberRows(self._calls)
 
     @classmethod
     def open(cls, client: Any, table_name: str, **kwargs: Any) -> LeaseTable:
@@ -145,224 +122,27 @@ class LeaseTable:
     def __repr__(self) -> str:
         return f"LeaseTable({self.table_name!r})"
 
-    # --- plumbing --------------------------------------------------------------------
-
-    def _retrying(self, fn: Callable[[], T]) -> T:
-        """Call ``fn`` with retries on transient errors; wrap exhausted retries."""
-        retrying = Retrying(
-            retry=retry_if_exception(is_retryable),
-            wait=wait_random_exponential(multiplier=0.05, max=self.retry_max_wait),
-            stop=stop_after_attempt(self.retry_attempts),
-            reraise=True,
-        )
-        try:
-            return retrying(fn)
-        except botocore.exceptions.ClientError as exc:
-            code = error_code(exc)
-            if code == "ResourceNotFoundException":
-                raise LeaseTableNotFoundError(
-                    f"lease table {self.table_name!r} does not exist: call ensure_table() "
-                    "(or LeaseTable.open) first, or check the region and endpoint"
-                ) from exc
-            if is_access_denied(exc):
-                action = f"dynamodb:{exc.operation_name}"
-                target = f"lease table {self.table_name!r}"
-                raise LeaseTableAccessDeniedError(
-                    access_denied_message(exc.operation_name, target, action, exc), action
-                ) from exc
-            if is_retryable(exc):
-                raise LeaseTableUnavailableError(
-                    f"lease table {self.table_name!r}: {code} after {self.retry_attempts} attempts"
-                ) from exc
-            raise
-        except (botocore.exceptions.ConnectionError, botocore.exceptions.HTTPClientError) as exc:
-            raise LeaseTableUnavailableError(
-                f"lease table {self.table_name!r} unreachable after {self.retry_attempts} "
-                f"attempts: {exc}"
-            ) from exc
-
-    def _write(self, op: str, token: str | None, **kwargs: Any) -> dict[str, Any]:
-        """A conditional PutItem/UpdateItem/DeleteItem, idempotent under retries.
-
-        Returns the new item (UpdateItem) or ``{}``; raises :class:`_ConditionFailed` with
-        the current row unless that row carries ``token`` after a retry (our own write).
-        """
-        call = getattr(self.client, op)
-        kwargs = {"TableName": self.table_name, **kwargs}
-        if op != "delete_item":
-            kwargs["ReturnValuesOnConditionCheckFailure"] = "ALL_OLD"
-        try:
-            response = self._retrying(lambda: call(**kwargs))
-        except botocore.exceptions.ClientError as exc:
-            if error_code(exc) != "ConditionalCheckFailedException":
-                raise
-            current = exc.response.get("Item")
-            if current is None and op != "put_item":
-                current = self._get_item(kwargs["Key"][m.KEY]["S"])
-            # The token is fresh for every write, so a row carrying it holds this very write:
-            # an earlier attempt was applied, whoever retried it (botocore or this layer).
-            if token and current is not None and current.get(m.WRITE_TOKEN, {}).get("S") == token:
-                log.info("%s %s: an earlier attempt succeeded (write token matches)", op, token)
-                return current
-            raise _ConditionFailed(current) from None
-        return dict(response.get("Attributes") or {})
-
-    def _update(
-        self,
-        key: str,
-        *,
-        set_: Mapping[str, Any],
-        remove: Iterable[str] = (),
-        condition: str,
-        values: Mapping[str, Any],
-        token: str,
-    ) -> dict[str, Any]:
-        names: dict[str, str] = {}
-        vals: dict[str, Any] = dict(values)
-
-        def alias(attr: str) -> str:
-            a = f"#a{len(names)}"
-            names[a] = attr
-            return a
-
-        sets = []
-        for i, (attr, value) in enumerate(set_.items()):
-            vals[f":s{i}"] = value
-            sets.append(f"{alias(attr)} = :s{i}")
-        expr = "SET " + ", ".join(sets)
-        removes = [alias(attr) for attr in remove]
-        if removes:
-            expr += " REMOVE " + ", ".join(removes)
-        # Attribute names in the condition are written as #name placeholders by callers.
-        for placeholder in re.findall(r"#\w+", condition):
-            names[placeholder] = _CONDITION_NAMES[placeholder]
-        return self._write(
-            "update_item",
-            token,
-            Key={m.KEY: {"S": key}},
-            UpdateExpression=expr,
-            ConditionExpression=condition,
-            ExpressionAttributeNames=names,
-            ExpressionAttributeValues=vals,
-            ReturnValues="ALL_NEW",
-        )
-
-    def _get_item(self, key: str) -> dict[str, Any] | None:
-        response = self._retrying(
-            lambda: self.client.get_item(
-                TableName=self.table_name, Key={m.KEY: {"S": key}}, ConsistentRead=True
-            )
-        )
-        item = response.get("Item")
-        return dict(item) if item else None
-
-    # --- table lifecycle -------------------------------------------------------------
-
     def ensure_table(self) -> LeaseTable:
         """Create the table if missing (PAY_PER_REQUEST), validate its schema, wait for ACTIVE."""
-        description = self._describe()
-        if description is None:
-            if not self.create_if_missing:
-                raise LeaseTableNotFoundError(
-                    f"lease table {self.table_name!r} does not exist and create_if_missing is "
-                    "False (WorkerConfig(create_table=False)): create it (hash key 'leaseKey', "
-                    "type S, e.g. PAY_PER_REQUEST), check the region and endpoint, or allow "
-                    "creation"
-                )
-            try:
-                self._retrying(
-                    lambda: self.client.create_table(
-                        TableName=self.table_name,
-                        AttributeDefinitions=[{"AttributeName": m.KEY, "AttributeType": "S"}],
-                        KeySchema=[{"AttributeName": m.KEY, "KeyType": "HASH"}],
-                        BillingMode="PAY_PER_REQUEST",
-                    )
-                )
-                log.info("created lease table %s", self.table_name)
-            except botocore.exceptions.ClientError as exc:
-                if error_code(exc) != "ResourceInUseException":  # created concurrently: fine
-                    raise
-            description = self._describe()
-            if description is None:  # pragma: no cover - eventual consistency of DescribeTable
-                description = {"TableStatus": "CREATING", "KeySchema": [], "AttributeDefinitions": []}
-        self._validate_schema(description)
-        if description.get("TableStatus") not in ("ACTIVE", "UPDATING"):
-            self._wait_active()
+        ensure_table(self, self._calls)
         return self
 
-    def _describe(self) -> dict[str, Any] | None:
-        try:
-            response = self._retrying(lambda: self.client.describe_table(TableName=self.table_name))
-        except LeaseTableNotFoundError:
-            return None
-        return dict(response["Table"])
-
-    def _validate_schema(self, description: Mapping[str, Any]) -> None:
-        keys = [(k.get("AttributeName"), k.get("KeyType")) for k in description.get("KeySchema", [])]
-        types = {a.get("AttributeName"): a.get("AttributeType") for a in description.get("AttributeDefinitions", [])}
-        if keys != [(m.KEY, "HASH")] or types.get(m.KEY) != "S":
-            raise LeaseTableSchemaError(
-                f"table {self.table_name!r} has key schema {keys} with types {types}, but a lease "
-                f"table needs exactly one hash key {m.KEY!r} of type S (and no range key): "
-                "use another table name or recreate the table"
-            )
-
-    def _wait_active(self) -> None:
-        def status() -> str:
-            d = self._describe()
-            return str(d.get("TableStatus")) if d else "MISSING"
-
-        retrying = Retrying(
-            retry=retry_if_result(lambda s: s not in ("ACTIVE", "UPDATING", "DELETING")),
-            wait=wait_exponential(multiplier=0.1, max=2.0),
-            stop=stop_after_delay(self.ready_timeout),
-            retry_error_callback=lambda state: "TIMEOUT",
-        )
-        final = retrying(status)
-        if final == "DELETING":
-            raise LeaseTableNotReadyError(f"lease table {self.table_name!r} is being deleted")
-        if final not in ("ACTIVE", "UPDATING"):
-            raise LeaseTableNotReadyError(
-                f"lease table {self.table_name!r} did not become ACTIVE within "
-                f"{self.ready_timeout:g} s (last status {final}); retry later or raise ready_timeout"
-            )
+    def call(self, operation: str, **kwargs: Any) -> dict[str, Any]:
+        """One DynamoDB call on this table (``TableName`` filled in) with the table's retries
+        and named errors; for rows outside the lease schema (e.g. the manifest store)."""
+        return self._calls.call(operation, **kwargs)
 
     # --- reads -----------------------------------------------------------------------
 
     def get(self, key: str) -> Lease | None:
         """The lease row (consistent read), ``None`` if absent; raises ``CorruptLeaseError``."""
-        item = self._get_item(check_lease_key(key))
+        item = self._calls.get_item(check_lease_key(key))
         return None if item is None else m.lease_from_item(item)
 
     def scan(self, *, page_size: int | None = None, consistent: bool = True) -> TableSnapshot:
         """Read every row (paginated; strongly consistent unless ``consistent=False``, half the
         read units): leases, heartbeat rows and corrupt rows."""
-        leases: dict[str, Lease] = {}
-        members: dict[str, MemberRow] = {}
-        corrupt: dict[str, str] = {}
-        kwargs: dict[str, Any] = {"TableName": self.table_name, "ConsistentRead": consistent}
-        if page_size is not None:
-            kwargs["Limit"] = page_size
-        while True:
-            page = self._retrying(lambda: self.client.scan(**kwargs))
-            for item in page.get("Items", []):
-                key = item.get(m.KEY, {}).get("S", "")
-                try:
-                    if key.startswith(m.MEMBER_PREFIX):
-                        row = m.member_from_item(item)
-                        members[row.member_id] = row
-                    elif key.startswith(m.RESERVED_PREFIX):
-                        continue  # reserved for future internal rows
-                    else:
-                        leases[key] = m.lease_from_item(item)
-                except CorruptLeaseError as exc:
-                    corrupt[exc.key] = exc.reason
-                    self._report_corrupt(exc)
-            last = page.get("LastEvaluatedKey")
-            if not last:
-                break
-            kwargs["ExclusiveStartKey"] = last
-        return TableSnapshot(leases, members, corrupt, self.clock())
+        return self._reads.scan(page_size=page_size, consistent=consistent)
 
     def get_many(self, keys: Iterable[str], *, consistent: bool = False) -> dict[str, Lease | None]:
         """Read the rows of ``keys`` (BatchGetItem, 100 keys a request, unprocessed keys
@@ -371,49 +151,12 @@ class LeaseTable:
         stale row can only cost time, never safety, because every write is conditional on
         what it read."""
         wanted = sorted({check_lease_key(k) for k in keys})
-        found: dict[str, Lease | None] = dict.fromkeys(wanted)
-        for key, item in self.get_items(wanted, consistent=consistent).items():
-            try:
-                found[key] = m.lease_from_item(item)
-            except CorruptLeaseError as exc:
-                found.pop(key, None)
-                self._report_corrupt(exc)
-        return found
+        return self._reads.leases_of(wanted, self.get_items(wanted, consistent=consistent))
 
     def get_items(self, keys: Iterable[str], *, consistent: bool = False) -> dict[str, dict[str, Any]]:
         """The raw items of ``keys`` that exist (BatchGetItem, 100 keys a request, unprocessed
         keys retried with backoff); also reserved rows (no key check)."""
-        wanted = sorted(set(keys))
-        found: dict[str, dict[str, Any]] = {}
-        for start in range(0, len(wanted), 100):
-            pending: dict[str, Any] = {
-                self.table_name: {
-                    "Keys": [{m.KEY: {"S": k}} for k in wanted[start : start + 100]],
-                    "ConsistentRead": consistent,
-                }
-            }
-            for attempt in range(self.retry_attempts * 4):
-                response = self._retrying(functools.partial(self.client.batch_get_item, RequestItems=pending))
-                for item in response.get("Responses", {}).get(self.table_name, []):
-                    found[item[m.KEY]["S"]] = item
-                pending = response.get("UnprocessedKeys") or {}
-                if not pending:
-                    break
-                self.clock_sleep(min(self.retry_max_wait, 0.01 * 2**attempt))
-            else:
-                raise LeaseTableUnavailableError(
-                    f"lease table {self.table_name!r}: BatchGetItem left keys unprocessed after "
-                    f"{self.retry_attempts * 4} attempts (throttled): raise the table's read capacity"
-                )
-        return found
-
-    def call(self, operation: str, **kwargs: Any) -> dict[str, Any]:
-        """One DynamoDB call on this table (``TableName`` filled in) with the table's retries
-        and named errors; for rows outside the lease schema (e.g. the manifest store)."""
-        result: dict[str, Any] = self._retrying(
-            functools.partial(getattr(self.client, operation), TableName=self.table_name, **kwargs)
-        )
-        return result
+        return self._reads.get_items(keys, consistent=consistent, sleep=self.clock_sleep)
 
     def clock_sleep(self, seconds: float) -> None:
         """Wait between retries of unprocessed keys (real time)."""
@@ -422,16 +165,27 @@ class LeaseTable:
     @property
     def corrupt_rows(self) -> dict[str, str]:
         """Every corrupt row reported so far (key -> reason): skipped, never written."""
-        return dict(self._reported_corrupt)
-
-    def _report_corrupt(self, exc: CorruptLeaseError) -> None:
-        if self._reported_corrupt.get(exc.key) != exc.reason:
-            self._reported_corrupt[exc.key] = exc.reason
-            log.error("%s (skipped)", exc)
+        return self._corrupt.rows
 
     def list_leases(self) -> list[Lease]:
         """Every parseable lease, sorted by key."""
         return [v for _, v in sorted(self.scan().leases.items())]
+
+    # --- membership heartbeat rows ---------------------------------------------------
+
+    def heartbeat(self, member_id: str, incarnation: str, previous: int | None) -> MemberRow:
+        """Write member ``member_id``'s heartbeat row; ``previous`` is the counter it last wrote.
+
+        The first heartbeat of an incarnation (``previous=None``) overwrites any older row of
+        the same member id. Later ones are conditional on the incarnation and counter: a
+        mismatch means another process uses the same member id (:class:`DuplicateMemberIdError`).
+        A row deleted meanwhile (garbage-collected as stale) is recreated.
+        """
+        return self._members.heartbeat(member_id, incarnation, previous)
+
+    def delete_member(self, member_id: str, *, incarnation: str, heartbeat: int | None = None) -> bool:
+        """Delete a heartbeat row if it still has ``incarnation`` (and ``heartbeat`` if given)."""
+        return self._members.delete(member_id, incarnation=incarnation, heartbeat=heartbeat)
 
     # --- lease writes ----------------------------------------------------------------
 
@@ -447,30 +201,17 @@ class LeaseTable:
 
         Returns the created lease, or ``None`` if a row (possibly corrupt) already exists.
         """
-        check_lease_key(key)
-        parents_t = tuple(parents)
-        if any(not isinstance(p, str) or not p for p in parents_t):
-            raise ConfigurationError(f"parents must be non-empty strings, got {parents_t!r}")
-        cp = Checkpoint.of(checkpoint)
         token = uuid.uuid4().hex
-        lease = Lease(
-            key=key,
-            owner=owner,
-            counter=1 if owner is not None else 0,
-            checkpoint=cp,
-            parents=parents_t,
-            state=LeaseState.SHARD_END if cp.is_shard_end else LeaseState.ACTIVE,
-            write_token=token,
-        )
+        lease = new_lease(key, parents, checkpoint, owner, token)
         try:
-            self._write(
+            self._calls.write(
                 "put_item",
                 token,
                 Item=m.lease_to_item(lease),
                 ConditionExpression="attribute_not_exists(#k)",
                 ExpressionAttributeNames={"#k": m.KEY},
             )
-        except _ConditionFailed:
+        except ConditionFailed:
             return None
         return lease
 
@@ -479,19 +220,19 @@ class LeaseTable:
 
         Conditional on the owner and counter in ``lease``; returns ``None`` if the row moved.
         """
-        _check_member(owner)
+        check_member(owner)
         token = uuid.uuid4().hex
         switches = lease.owner_switches_since_checkpoint
         if lease.owner is not None and lease.owner != owner:
             switches += 1
-        condition, values = _unchanged_since(lease)
+        condition, values = unchanged_since(lease)
         try:
-            item = self._update(
+            item = self._calls.update(
                 lease.key,
                 set_={
                     m.OWNER: {"S": owner},
-                    m.COUNTER: _num(lease.counter + 1),
-                    m.OWNER_SWITCHES: _num(switches),
+                    m.COUNTER: num(lease.counter + 1),
+                    m.OWNER_SWITCHES: num(switches),
                     m.WRITE_TOKEN: {"S": token},
                 },
                 remove=(m.PENDING_HANDOFF, m.HANDED_OFF_BY),
@@ -499,7 +240,7 @@ class LeaseTable:
                 values=values,
                 token=token,
             )
-        except _ConditionFailed:
+        except ConditionFailed:
             return None
         return m.lease_from_item(item)
 
@@ -510,7 +251,7 @@ class LeaseTable:
         if pending_handoff is None:
             remove.append(m.PENDING_HANDOFF)
         elif pending_handoff is not _KEEP:
-            _check_member(pending_handoff)
+            check_member(pending_handoff)
             set_[m.PENDING_HANDOFF] = {"S": pending_handoff}
         return self._fenced(lease, "renew", set_, remove)
 
@@ -528,20 +269,12 @@ class LeaseTable:
 
     def handoff(self, lease: Lease, to: str) -> Lease:
         """Pass the lease to ``to`` in one write, keeping the checkpoint; ``to`` adopts it at once."""
-        _check_member(to)
+        check_member(to)
         if to == lease.owner:
             raise ConfigurationError(f"cannot hand lease {lease.key!r} off to its own owner {to!r}")
         switches = lease.owner_switches_since_checkpoint + 1
-        return self._fenced(
-            lease,
-            "hand off",
-            {
-                m.OWNER: {"S": to},
-                m.HANDED_OFF_BY: {"S": lease.owner or ""},
-                m.OWNER_SWITCHES: _num(switches),
-            },
-            [m.PENDING_HANDOFF],
-        )
+        set_ = {m.OWNER: {"S": to}, m.HANDED_OFF_BY: {"S": lease.owner or ""}, m.OWNER_SWITCHES: num(switches)}
+        return self._fenced(lease, "hand off", set_, [m.PENDING_HANDOFF])
 
     def release(self, lease: Lease) -> Lease:
         """Give the lease up (evict): the row stays with its checkpoint and no owner."""
@@ -557,26 +290,8 @@ class LeaseTable:
         if ``checkpoint`` is behind the stored one. :data:`SHARD_END` also sets the state.
         """
         cp = Checkpoint.of(checkpoint)
-        if cp < lease.checkpoint:
-            raise CheckpointRegressionError(
-                f"checkpoint {cp} for lease {lease.key!r} is behind the stored {lease.checkpoint}: "
-                "checkpoints only move forward"
-            )
-        attrs: dict[str, Any] = dict(m.checkpoint_attributes(cp))
-        attrs[m.OWNER_SWITCHES] = _num(0)
-        attrs[m.STATE] = {"S": (LeaseState.SHARD_END if cp.is_shard_end else LeaseState.ACTIVE).value}
-        remove = [m.PENDING_CHECKPOINT, m.PENDING_SUB_SEQUENCE]  # a checkpoint supersedes it
-        if cp.timestamp is None:
-            remove.append(m.CHECKPOINT_TS)
-        return self._fenced(
-            lease,
-            "checkpoint",
-            attrs,
-            remove,
-            extra_condition="#ord <= :ord",
-            extra_values={":ord": {"S": cp.order_string}},
-            new_checkpoint=cp,
-        )
+        attrs, remove = checkpoint_change(lease, cp)
+        return self._fenced(lease, "checkpoint", attrs, remove, new_checkpoint=cp)
 
     def prepare_checkpoint(self, lease: Lease, checkpoint: Checkpoint | str) -> Lease:
         """Record a pending checkpoint (the first phase of a two-phase checkpoint).
@@ -587,24 +302,9 @@ class LeaseTable:
         :class:`CheckpointRegressionError`, or :class:`InvalidCheckpointError` for a sentinel.
         """
         cp = Checkpoint.of(checkpoint)
-        if cp.is_initial or cp.is_shard_end:
-            raise InvalidCheckpointError(
-                f"a pending checkpoint is a sequence number, got {cp}: checkpoint SHARD_END directly"
-            )
-        if cp < lease.checkpoint:
-            raise CheckpointRegressionError(
-                f"pending checkpoint {cp} for lease {lease.key!r} is behind the stored checkpoint "
-                f"{lease.checkpoint}: checkpoints only move forward"
-            )
-        return self._fenced(
-            lease,
-            "prepare a checkpoint on",
-            m.pending_checkpoint_attributes(cp),
-            [],
-            extra_condition="#ord <= :ord",
-            extra_values={":ord": {"S": cp.order_string}},
-            new_checkpoint=cp,
-        )
+        check_pending_checkpoint(lease, cp)
+        attrs = m.pending_checkpoint_attributes(cp)
+        return self._fenced(lease, "prepare a checkpoint on", attrs, [], new_checkpoint=cp)
 
     def mark_shard_end(self, lease: Lease) -> Lease:
         """Checkpoint :data:`SHARD_END`: the shard was fully processed."""
@@ -612,9 +312,9 @@ class LeaseTable:
 
     def delete(self, lease: Lease) -> bool:
         """Delete the row if it is unchanged since ``lease`` was read (e.g. finished parents)."""
-        condition, values = _unchanged_since(lease)
+        condition, values = unchanged_since(lease)
         try:
-            self._write(
+            self._calls.write(
                 "delete_item",
                 None,
                 Key={m.KEY: {"S": lease.key}},
@@ -622,7 +322,7 @@ class LeaseTable:
                 ExpressionAttributeNames={"#c": m.COUNTER, "#o": m.OWNER},
                 ExpressionAttributeValues=values,
             )
-        except _ConditionFailed:
+        except ConditionFailed:
             return False
         return True
 
@@ -633,136 +333,19 @@ class LeaseTable:
         set_: Mapping[str, Any],
         remove: Iterable[str],
         *,
-        extra_condition: str | None = None,
-        extra_values: Mapping[str, Any] | None = None,
         new_checkpoint: Checkpoint | None = None,
     ) -> Lease:
-        """A write by the holder, conditional on owner and counter; bumps the counter."""
+        """A write by the holder, conditional on owner and counter (and, writing the checkpoint
+        or a pending one ``new_checkpoint``, on ``checkpointOrder <= new``); bumps the counter."""
         if lease.owner is None:
             raise LeaseLostError(f"cannot {what} lease {lease.key!r}: it has no owner (take it first)")
         token = uuid.uuid4().hex
-        condition = "#o = :o AND #c = :c"
-        values: dict[str, Any] = {":o": {"S": lease.owner}, ":c": _num(lease.counter)}
-        if extra_condition:
-            condition += f" AND {extra_condition}"
-            values.update(extra_values or {})
-        full_set = {m.COUNTER: _num(lease.counter + 1), m.WRITE_TOKEN: {"S": token}, **set_}
+        condition, values = still_held(lease, new_checkpoint)
+        full_set = {m.COUNTER: num(lease.counter + 1), m.WRITE_TOKEN: {"S": token}, **set_}
         try:
-            item = self._update(
+            item = self._calls.update(
                 lease.key, set_=full_set, remove=remove, condition=condition, values=values, token=token
             )
-        except _ConditionFailed as failed:
-            raise self._explain(lease, what, failed.current, new_checkpoint) from None
+        except ConditionFailed as failed:
+            raise explain_failure(lease, what, failed.current, new_checkpoint) from None
         return m.lease_from_item(item)
-
-    def _explain(
-        self, lease: Lease, what: str, current: dict[str, Any] | None, cp: Checkpoint | None
-    ) -> Exception:
-        if current is None:
-            return LeaseLostError(f"cannot {what} lease {lease.key!r}: the row was deleted")
-        owner = current.get(m.OWNER, {}).get("S")
-        counter = current.get(m.COUNTER, {}).get("N")
-        if owner == lease.owner and counter == str(lease.counter) and cp is not None:
-            stored = current.get(m.CHECKPOINT, {}).get("S")
-            kind = "checkpoint" if what == "checkpoint" else "pending checkpoint"
-            return CheckpointRegressionError(
-                f"{kind} {cp} for lease {lease.key!r} is behind the stored checkpoint "
-                f"{stored}: checkpoints only move forward"
-            )
-        return LeaseLostError(
-            f"cannot {what} lease {lease.key!r}: {lease.owner!r} no longer holds it (now owner "
-            f"{owner!r}, counter {counter}; expected counter {lease.counter}); stop processing it"
-        )
-
-    # --- membership heartbeat rows ---------------------------------------------------
-
-    def heartbeat(self, member_id: str, incarnation: str, previous: int | None) -> MemberRow:
-        """Write member ``member_id``'s heartbeat row; ``previous`` is the counter it last wrote.
-
-        The first heartbeat of an incarnation (``previous=None``) overwrites any older row of
-        the same member id. Later ones are conditional on the incarnation and counter: a
-        mismatch means another process uses the same member id (:class:`DuplicateMemberIdError`).
-        A row deleted meanwhile (garbage-collected as stale) is recreated.
-        """
-        _check_member(member_id)
-        key = m.MEMBER_PREFIX + member_id
-        counter = 1 if previous is None else previous + 1
-        item = {
-            m.KEY: {"S": key},
-            m.MEMBER_ID: {"S": member_id},
-            m.HEARTBEAT: _num(counter),
-            m.INCARNATION: {"S": incarnation},
-            m.STARTED_AT: {"S": datetime.now(UTC).isoformat()},
-        }
-        if previous is None:
-            self._retrying(lambda: self.client.put_item(TableName=self.table_name, Item=item))
-            return m.member_from_item(item)
-        try:
-            new = self._update(
-                key,
-                set_={m.HEARTBEAT: _num(counter)},
-                condition="#inc = :inc AND #hb = :hb",
-                values={":inc": {"S": incarnation}, ":hb": _num(previous)},
-                token="",
-            )
-        except _ConditionFailed as failed:
-            if failed.current is None:
-                log.warning("heartbeat row of %s was deleted; recreating it", member_id)
-                return self.heartbeat(member_id, incarnation, None)
-            other = failed.current.get(m.INCARNATION, {}).get("S")
-            if other == incarnation and failed.current.get(m.HEARTBEAT, {}).get("N") == str(counter):
-                return m.member_from_item(failed.current)  # a retried write that had succeeded
-            raise DuplicateMemberIdError(
-                f"member id {member_id!r} is heartbeating from another process (incarnation "
-                f"{other}, this one {incarnation}): give every member a unique id (e.g. the pod "
-                "name); this process stops counting itself live"
-            ) from None
-        return m.member_from_item(new)
-
-    def delete_member(self, member_id: str, *, incarnation: str, heartbeat: int | None = None) -> bool:
-        """Delete a heartbeat row if it still has ``incarnation`` (and ``heartbeat`` if given)."""
-        condition = "#inc = :inc"
-        values: dict[str, Any] = {":inc": {"S": incarnation}}
-        names = {"#inc": m.INCARNATION}
-        if heartbeat is not None:
-            condition += " AND #hb = :hb"
-            values[":hb"] = _num(heartbeat)
-            names["#hb"] = m.HEARTBEAT
-        try:
-            self._write(
-                "delete_item",
-                None,
-                Key={m.KEY: {"S": m.MEMBER_PREFIX + member_id}},
-                ConditionExpression=condition,
-                ExpressionAttributeNames=names,
-                ExpressionAttributeValues=values,
-            )
-        except _ConditionFailed:
-            return False
-        return True
-
-
-_CONDITION_NAMES = {
-    "#o": m.OWNER,
-    "#c": m.COUNTER,
-    "#ord": m.CHECKPOINT_ORDER,
-    "#inc": m.INCARNATION,
-    "#hb": m.HEARTBEAT,
-}
-
-
-def _unchanged_since(lease: Lease) -> tuple[str, dict[str, Any]]:
-    """The condition "counter and owner are still what ``lease`` saw", with its values."""
-    if lease.owner is None:
-        return "#c = :c AND attribute_not_exists(#o)", {":c": _num(lease.counter)}
-    return "#c = :c AND #o = :o", {":c": _num(lease.counter), ":o": {"S": lease.owner}}
-
-
-def _num(value: int) -> dict[str, str]:
-    return {"N": str(value)}
-
-
-def _check_member(member: object) -> str:
-    if not isinstance(member, str) or not member:
-        raise ConfigurationError(f"a member id must be a non-empty string, got {member!r}")
-    return member

@@ -1,0 +1,110 @@
+"""Building a Worker's parts from its configuration: clients, membership, shard discovery,
+fan-out registrations, and the checks of its processor factories (no AWS call is made)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from hashring import Membership
+from kinesis.consumer.consumer_registration import ConsumerRegistration
+from kinesis.consumer.processor_style import check_factory, check_style
+from kinesis.consumer.shards import ShardDiscovery
+from kinesis.consumer.worker_config import ProcessorFactory, WorkerConfig, default_worker_id
+from kinesis.errors import ConfigurationError
+from kinesis.lease_loop.clock import Clock
+from kinesis.lease_loop.leases import LeaseTable
+from kinesis.lease_loop.membership import DynamoDBMembership
+
+
+def check_processor_factories(
+    config: WorkerConfig, processor_factory: ProcessorFactory | None, processor_style: str
+) -> None:
+    """Every stream has a processor factory (its own or the worker's) of ``processor_style``."""
+    if processor_factory is not None and not callable(processor_factory):
+        raise ConfigurationError(
+            f"processor_factory must be a callable returning a RecordProcessor (e.g. the class), "
+            f"got {processor_factory!r}"
+        )
+    check_style(processor_style)
+    if processor_factory is not None:
+        check_factory(processor_factory, processor_style)
+    for s in config.streams:
+        if s.processor_factory is not None:
+            check_factory(s.processor_factory, processor_style,
+                          source=f"the processor factory of stream {s.stream!r}")
+    missing = [s.stream for s in config.streams if s.processor_factory is None and processor_factory is None]
+    if missing:
+        raise ConfigurationError(
+            f"no processor factory for stream(s) {missing}: pass Worker(config, processor_factory) "
+            "or set StreamConfig.processor_factory"
+        )
+
+
+def build_client(session: Any, service: str, endpoint_url: str | None, region_name: str | None) -> Any:
+    """A boto3 client for ``service`` from ``session`` (default: a new boto3 session)."""
+    import boto3
+    from botocore.config import Config
+    from botocore.exceptions import NoRegionError
+
+    if session is None:
+        session = boto3.session.Session()
+    kwargs: dict[str, Any] = {"config": Config(max_pool_connections=64)}
+    if endpoint_url is not None:
+        kwargs["endpoint_url"] = endpoint_url
+    if region_name is not None:
+        kwargs["region_name"] = region_name
+    try:
+        return session.client(service, **kwargs)
+    except NoRegionError as exc:
+        raise ConfigurationError(
+            f"no AWS region for the {service} client: pass region_name=..., a session with a "
+            "region, ready-made clients, or set AWS_DEFAULT_REGION"
+        ) from exc
+
+
+def worker_membership(
+    config: WorkerConfig, table: LeaseTable, membership: Membership | None, clock: Clock
+) -> Membership:
+    """``membership`` checked against ``config``, or a DynamoDBMembership in ``table``."""
+    if membership is None:
+        return DynamoDBMembership(
+            table,
+            config.worker_id or default_worker_id(),
+            member_timeout=config.effective_member_timeout,
+            clock=clock,
+        )
+    if not isinstance(membership, Membership):
+        raise ConfigurationError(
+            f"membership must implement hashring.Membership, got {type(membership).__name__}"
+        )
+    if config.worker_id is not None and config.worker_id != membership.self_id:
+        raise ConfigurationError(
+            f"worker_id {config.worker_id!r} differs from the membership's self_id "
+            f"{membership.self_id!r}: leave worker_id unset when passing a membership"
+        )
+    return membership
+
+
+def shard_discoveries(config: WorkerConfig, kinesis_client: Any) -> dict[str, ShardDiscovery]:
+    """One shard discovery per stream, by key prefix."""
+    return {
+        s.key_prefix: ShardDiscovery(
+            kinesis_client,
+            s.stream,
+            cache_ttl=config.shard_sync_interval,
+            max_attempts=config.kinesis_retry_attempts,
+            retry_option="WorkerConfig.kinesis_retry_attempts",
+        )
+        for s in config.streams
+    }
+
+
+def fanout_registrations(config: WorkerConfig, kinesis_client: Any) -> dict[str, ConsumerRegistration]:
+    """The Enhanced Fan-Out consumer registration of every fan-out stream, by key prefix."""
+    return {
+        s.key_prefix: ConsumerRegistration(
+            kinesis_client, s.stream, s.effective_consumer_name, max_attempts=config.kinesis_retry_attempts
+        )
+        for s in config.streams
+        if s.fanout
+    }
