@@ -19,7 +19,7 @@ from hashring.errors import (
 )
 from hashring.hashing import key_hash, member_hash, string_key_hash
 from hashring.membership import KubernetesMembership, Membership, StaticMembership
-from hashring.placement import STRATEGIES, owners_of
+from hashring.placement import STRATEGIES, chore_owners, owners_of
 from hashring.ring import HashRing, Role
 from hashring.stable import stable_assignment, watched_by_successors
 
@@ -42,6 +42,7 @@ __all__ = [
     "Role",
     "StaticMembership",
     "UnknownStrategyError",
+    "chore_owners",
     "key_hash",
     "member_hash",
     "owners_of",

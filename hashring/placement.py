@@ -168,6 +168,19 @@ def make_strategy(
     )
 
 
+CHORE_CONSUMER = "__chore__"
+"""The consumer name of reserved ring keys: singleton chores owned like any other key."""
+
+
+def chore_owners(chore: str, members: Sequence[str], *, replicas: int = 0) -> list[str]:
+    """Who runs the singleton ``chore``: the owner of the reserved key ``__chore__/<chore>``
+    among ``members``, then up to ``replicas`` backups (fewer if there are fewer members);
+    ``[]`` without members. Every member computes the same list from the same member list."""
+    if not members:
+        return []
+    return owners_of(CHORE_CONSUMER, chore, members, replicas=min(replicas, len(members) - 1))
+
+
 def owners_of(
     consumer: str,
     shard: str,

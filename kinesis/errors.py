@@ -163,8 +163,11 @@ class InvalidSequenceNumberError(InvalidCheckpointError, CheckpointError):
     message in theirs, naming the row or the offset entry)."""
 
 
-class CorruptCheckpointError(CorruptLeaseError, InvalidSequenceNumberError):
-    """A lease row whose checkpoint has a malformed sequence number (never overwritten)."""
+class CorruptCheckpointError(CorruptLeaseError):
+    """A lease row whose checkpoint has a malformed sequence number (never overwritten). Its
+    ``__cause__`` is the validator's :class:`InvalidSequenceNumberError`. It is not itself a
+    :class:`CheckpointError`: a processor that handles a bad checkpoint argument must not
+    swallow a corrupt lease table."""
 
 
 class CheckpointRegressionError(LeaseTableError, CheckpointError):

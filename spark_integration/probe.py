@@ -237,8 +237,3 @@ def _read_ahead(slot: _Slot) -> None:
 def payload_size(record: Record) -> int:
     """What ``maxBytesPerShard`` counts: the user record's data plus its partition key."""
     return len(record.data) + len(record.partition_key.encode())
-
-
-def is_position(pos: Checkpoint) -> bool:
-    """True for a record position (something was read)."""
-    return isinstance(pos, Position)

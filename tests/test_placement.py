@@ -13,6 +13,7 @@ from hashring import (
     InvalidReplicasError,
     InvalidWeightsError,
     UnknownStrategyError,
+    chore_owners,
     key_hash,
     owners_of,
 )
@@ -126,3 +127,13 @@ def test_jump_owners_distinct(n: int, replicas: int) -> None:
     members = [f"c-{i}" for i in range(n)]
     got = owners_of("c", "x", members, strategy="jump", replicas=replicas)
     assert len(set(got)) == replicas + 1
+
+
+def test_chore_owners_are_the_owners_of_the_reserved_key_with_replicas_clamped() -> None:
+    members = [f"pod-{i}" for i in range(5)]
+    assert chore_owners("sweep", members, replicas=1) == owners_of("__chore__", "sweep", members, replicas=1)
+    assert chore_owners("sweep", list(reversed(members))) == chore_owners("sweep", members)[:1]
+    assert chore_owners("sweep", ["solo"], replicas=3) == ["solo"]  # fewer members than replicas + 1
+    assert chore_owners("sweep", [], replicas=1) == []
+    # different chores land on different members often enough to spread the work
+    assert len({chore_owners(f"shards/app{i}/s", members)[0] for i in range(20)}) > 1

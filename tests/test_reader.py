@@ -3,6 +3,7 @@ at the HTTP layer (throttling, 5xx, expired iterators)."""
 
 from __future__ import annotations
 
+import itertools
 import threading
 import time
 from datetime import UTC, datetime
@@ -88,25 +89,50 @@ def test_latest_skips_existing_records_and_reports_idle(kinesis: Any) -> None:
     assert datas(batch.records) == new and batch.suggested_wait == 0.7
 
 
-def test_a_full_batch_is_catching_up_and_waits_only_what_remains_of_min_read_interval(kinesis: Any) -> None:
+def call_starts(client: Any) -> list[float]:
+    """When each GetRecords call of ``client`` started (monotonic), appended as they happen."""
+    starts: list[float] = []
+    client.meta.events.register("before-call.kinesis.GetRecords", lambda **_: starts.append(time.monotonic()))
+    return starts
+
+
+def test_catching_up_calls_start_min_read_interval_apart_and_ask_for_no_idle_wait(kinesis: Any) -> None:
     written = put(kinesis, 10)
+    starts = call_starts(kinesis)
     reader = ShardReader(kinesis, STREAM, SHARD, InitialPosition.TRIM_HORIZON, max_records=4,
-                         idle_backoff=30.0, min_read_interval=20.0)
-    before = time.monotonic()
-    first = reader.read_batch()
-    elapsed = time.monotonic() - before
-    # a full batch means more is waiting, whatever MillisBehindLatest says: pace by
-    # min_read_interval from the call's start, not by idle_backoff
-    assert len(first.records) == 4 and 20.0 - elapsed <= first.suggested_wait < 20.0
-    second = reader.read_batch()
-    assert len(second.records) == 4 and second.suggested_wait < 20.0
-    last = reader.read_batch()  # 2 records, fewer than max_records: the tip
-    assert len(last.records) == 2 and last.suggested_wait == 30.0
+                         idle_backoff=30.0, min_read_interval=0.3)
+    first, second, last = reader.read_batch(), reader.read_batch(), reader.read_batch()
+    # full batches mean more is waiting, whatever MillisBehindLatest says: no idle wait, but
+    # each call starts at least min_read_interval after the one before (processing counts)
+    assert [len(b.records) for b in (first, second, last)] == [4, 4, 2]
+    assert first.suggested_wait == 0.0 and second.suggested_wait == 0.0
+    assert len(starts) == 3 and all(b - a >= 0.3 for a, b in itertools.pairwise(starts))
+    assert last.suggested_wait == 30.0  # 2 records, fewer than max_records: the tip
     assert datas(first.records + second.records + last.records) == written
-    unpaced = ShardReader(kinesis, STREAM, SHARD, InitialPosition.TRIM_HORIZON, max_records=4)
-    assert unpaced.read_batch().suggested_wait == 0.0  # min_read_interval defaults to 0
     with pytest.raises(ConfigurationError, match="min_read_interval"):
         ShardReader(kinesis, STREAM, SHARD, min_read_interval=-1)
+    with pytest.raises(ConfigurationError, match="idle_backoff"):
+        ShardReader(kinesis, STREAM, SHARD, idle_backoff=float("nan"))
+
+
+def test_a_stop_during_the_min_read_interval_returns_at_once_without_a_call(kinesis: Any) -> None:
+    put(kinesis, 3)
+    stop = threading.Event()
+    reader = ShardReader(kinesis, STREAM, SHARD, InitialPosition.TRIM_HORIZON, max_records=1,
+                         min_read_interval=600.0, stop_event=stop)
+    assert len(reader.read_batch().records) == 1
+    calls = reader.stats.get_records_calls
+    stop.set()
+    batch = reader.read_batch()
+    assert batch.stopped and batch.records == [] and reader.stats.get_records_calls == calls
+
+
+def test_a_bounded_read_ends_at_the_tip_without_waiting_idle_backoff(kinesis: Any) -> None:
+    written = put(kinesis, 5)
+    reader = ShardReader(kinesis, STREAM, SHARD, InitialPosition.TRIM_HORIZON, idle_backoff=600.0)
+    before = time.monotonic()
+    assert datas(list(reader.iter_records(stop_when_caught_up=True))) == written
+    assert time.monotonic() - before < 300.0  # it did not wait the 600 s idle_backoff
 
 
 def test_at_timestamp_starts_at_the_first_record_at_or_after_it(kinesis: Any) -> None:

@@ -15,7 +15,7 @@ import pytest
 
 from hashring import StaticMembership, owners_of
 from kinesis import StreamConfig, Worker, WorkerConfig
-from kinesis.consumer.shard_manifest import CHORE, ShardManifest, ShardManifestSync
+from kinesis.consumer.shard_manifest import ShardManifest, ShardManifestSync
 from kinesis.consumer.shards import ShardDiscovery
 from kinesis.errors import ConfigurationError
 from kinesis.lease_loop.clock import FakeClock
@@ -141,7 +141,7 @@ def test_one_member_lists_shards_creates_rows_and_everyone_plans_the_same_keys(
 ) -> None:
     aws.client("kinesis").create_stream(StreamName="orders", ShardCount=4)
     fleet = Fleet(aws, table, ["a", "b", "c", "d"])
-    first = owners_of(CHORE, "shards/app/orders/", fleet.members, replicas=1)[0]
+    first = owners_of("__chore__", "shards/app/orders/", fleet.members, replicas=1)[0]
     for _ in range(8):
         fleet.round()
         fleet.advance()
@@ -158,7 +158,7 @@ def test_a_dead_owner_is_replaced_by_its_backup_within_a_lease_duration_and_a_ti
 ) -> None:
     aws.client("kinesis").create_stream(StreamName="orders", ShardCount=2)
     fleet = Fleet(aws, table, ["a", "b", "c", "d", "e"])
-    first, backup = owners_of(CHORE, "shards/app/orders/", fleet.members, replicas=1)
+    first, backup = owners_of("__chore__", "shards/app/orders/", fleet.members, replicas=1)
     for _ in range(3):
         fleet.round()
         fleet.advance()

@@ -35,6 +35,8 @@ from kinesis import (
     lease_key,
 )
 from kinesis.consumer.health import HealthServer
+from kinesis.consumer.reader import ShardReader
+from kinesis.consumer.retrieval import make_reader
 from kinesis.consumer.shard_consumer import ConsumerPool
 from kinesis.consumer.shard_sync import ShardSync
 from kinesis.consumer.shards import ShardDiscovery
@@ -87,6 +89,14 @@ def test_worker_config_errors_name_the_field(kwargs: dict[str, Any], message: st
     args.update(kwargs)
     with pytest.raises(ConfigurationError, match=message):
         WorkerConfig(**args)
+
+
+def test_the_worker_reads_each_shard_with_the_pacing_of_its_config() -> None:
+    config = WorkerConfig(table_name="leases", streams=[stream_config()], idle_backoff=0.4, min_read_interval=0.7)
+    reader = make_reader(config.streams[0], "shardId-000000000000", TRIM_HORIZON, kinesis_client=object(),
+                         config=config, registrations={}, stop_event=threading.Event())
+    assert isinstance(reader, ShardReader)
+    assert (reader.idle_backoff, reader.min_read_interval) == (0.4, 0.7)
 
 
 @pytest.mark.parametrize(

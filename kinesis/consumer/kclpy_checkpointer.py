@@ -111,7 +111,7 @@ def translate(exc: BaseException) -> KclpyCheckpointError:
     """The kclpy error for an SDK checkpoint failure (see the module docs)."""
     if isinstance(exc, LeaseLostError):
         return kclpy_checkpoint_error(SHUTDOWN, str(exc))
-    if isinstance(exc, CorruptLeaseError):  # before the argument errors: a corrupt checkpoint is both
+    if isinstance(exc, CorruptLeaseError):  # the table is corrupt, not the argument
         return kclpy_checkpoint_error(INVALID_STATE, str(exc))
     if isinstance(exc, InvalidSequenceNumberError):
         return kclpy_checkpoint_error(ILLEGAL_ARGUMENT, str(exc), InvalidSequenceNumberError)

@@ -25,6 +25,7 @@ from kinesis.consumer.positions import Checkpoint, InitialPosition, Position, it
 from kinesis.consumer.records import Record, records_from_response
 from kinesis.consumer.shards import named_client_error
 from kinesis.consumer.throttling import ShutdownRequested, call_with_retries, is_retryable
+from kinesis.durations import check_seconds
 from kinesis.errors import (
     ConfigurationError,
     KinesisHashRingError,
@@ -45,7 +46,9 @@ class ReadResult:
     shard_ended: bool
     """True once every record of a closed shard was delivered (SHARD_END)."""
     suggested_wait: float = 0.0
-    """Seconds to wait before the next call: the idle backoff when caught up, else 0."""
+    """Seconds to wait before the next call: ``idle_backoff`` after a batch at the tip of the
+    shard (empty or not), else 0 (the next call itself waits out what remains of
+    ``min_read_interval`` since the last call started)."""
     child_shard_ids: tuple[str, ...] = ()
     """At SHARD_END, the children GetRecords named (empty if the service did not say)."""
     stopped: bool = False
@@ -67,12 +70,13 @@ class ShardReader:
     """Reads one shard from ``start`` (a checkpoint :class:`Position` or an :class:`InitialPosition`).
 
     ``max_records`` is GetRecords' ``Limit`` (1..10000). Kinesis allows 5 GetRecords calls per
-    second per shard, shared by every application reading it, so :attr:`ReadResult.suggested_wait`
-    paces the calls: ``idle_backoff`` after a batch at the tip of the shard (``MillisBehindLatest``
-    0 and fewer than ``max_records`` records, empty or not: AWS's advice of one poll a second
-    per application, KCL's ``idleTimeBetweenReadsInMillis``), else what remains of
-    ``min_read_interval`` since the call started (catching up). ``stop_event`` (shared with a
-    worker's shutdown, optional) interrupts retries and :meth:`wait`.
+    second per shard, shared by every application reading it, so calls are paced: after a batch
+    at the tip of the shard (``MillisBehindLatest`` 0 and fewer than ``max_records`` records,
+    empty or not) :attr:`ReadResult.suggested_wait` is ``idle_backoff`` (AWS's advice of one
+    poll a second per application, KCL's ``idleTimeBetweenReadsInMillis``), and every call
+    starts at least ``min_read_interval`` after the previous one started (catching up, the time
+    spent processing a batch counts). ``stop_event`` (shared with a worker's shutdown,
+    optional) interrupts retries and :meth:`wait`.
 
     Not thread-safe: one reader is driven by one thread.
     """
@@ -97,10 +101,8 @@ class ShardReader:
             raise ConfigurationError(
                 f"max_records must be in 1..{MAX_GET_RECORDS_LIMIT} (GetRecords Limit), got {max_records}"
             )
-        if idle_backoff < 0:
-            raise ConfigurationError(f"idle_backoff must be >= 0 seconds, got {idle_backoff}")
-        if min_read_interval < 0:
-            raise ConfigurationError(f"min_read_interval must be >= 0 seconds, got {min_read_interval}")
+        check_seconds("idle_backoff", idle_backoff, allow_zero=True)
+        check_seconds("min_read_interval", min_read_interval, allow_zero=True)
         if max_attempts < 1:
             raise ConfigurationError(f"max_attempts must be >= 1, got {max_attempts}")
         if not isinstance(start, Position | InitialPosition):
@@ -129,6 +131,7 @@ class ShardReader:
         self._millis_behind: int | None = None
         self._children: tuple[str, ...] = ()
         self._first_sequence_number: str | None = None
+        self._last_call_at: float | None = None  # when the last GetRecords request was sent
 
     # -- state ---------------------------------------------------------------------------
     @property
@@ -169,7 +172,8 @@ class ShardReader:
             return ReadResult([], self._millis_behind, True, 0.0, self._children)
         if self.stop_event.is_set():
             return ReadResult([], self._millis_behind, False, 0.0, stopped=True)
-        started = time.monotonic()
+        if self._last_call_at is not None and self.wait(self._last_call_at + self.min_read_interval - time.monotonic()):
+            return ReadResult([], self._millis_behind, False, 0.0, stopped=True)
         try:
             response = self._get_records()
         except ShutdownRequested:
@@ -187,8 +191,7 @@ class ShardReader:
             resume = self._resume
             records = [r for r in records if r.position > resume]
         at_tip = self._millis_behind in (0, None) and len(raw) < self.max_records
-        pause = self.idle_backoff if at_tip else self.min_read_interval - (time.monotonic() - started)
-        return self._deliver(records, max(0.0, pause))
+        return self._deliver(records, self.idle_backoff if at_tip else 0.0)
 
     def _deliver(self, records: list[Record], pause: float = 0.0) -> ReadResult:
         """``pause``: the wait this GetRecords call asks for (none while records are held back)."""
@@ -208,9 +211,10 @@ class ShardReader:
     ) -> Iterator[Record]:
         """Yield records until ``until`` (inclusive), ``max_records``, SHARD_END, or caught up.
 
-        With ``stop_when_caught_up`` it returns at the first empty batch that reports no lag;
-        otherwise it follows the shard, waiting ``suggested_wait`` between empty batches, until
-        the reader is stopped. Records read but not yielded are kept for the next read.
+        With ``stop_when_caught_up`` it returns at the first empty batch that reports no lag
+        (reading again at once after a batch with records); otherwise it follows the shard,
+        waiting ``suggested_wait`` between batches, until the reader is stopped. Records read
+        but not yielded are kept for the next read.
         """
         if max_records is not None and max_records < 1:
             raise ConfigurationError(f"max_records must be >= 1 or None, got {max_records}")
@@ -234,8 +238,10 @@ class ShardReader:
                     return
             if batch.shard_ended or batch.stopped:
                 return
-            if not batch.records and stop_when_caught_up and batch.millis_behind_latest in (0, None):
-                return
+            if stop_when_caught_up and batch.millis_behind_latest in (0, None):
+                if not batch.records:
+                    return
+                continue  # a bounded read ends at the next empty batch: no idle wait first
             if self.wait(batch.suggested_wait):
                 return
 
@@ -254,6 +260,7 @@ class ShardReader:
                 self._iterator = self._acquire_iterator()
             iterator = self._iterator
             try:
+                self._last_call_at = time.monotonic()
                 self.stats.get_records_calls += 1
                 response: dict[str, Any] = self._call(
                     lambda it=iterator: self.client.get_records(ShardIterator=it, Limit=self.max_records),

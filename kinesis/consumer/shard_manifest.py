@@ -35,7 +35,7 @@ import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
-from hashring import Membership, owners_of
+from hashring import Membership, chore_owners
 from hashring.errors import HashRingError
 from kinesis.consumer.shard_sync import ShardSync
 from kinesis.consumer.shards import Shard, ShardDiscovery, ready_shards, shard_order
@@ -49,7 +49,6 @@ from kinesis.lease_loop.membership import DynamoDBMembership
 
 log = logging.getLogger(__name__)
 
-CHORE = "__chore__"
 
 
 @dataclass(frozen=True)
@@ -188,9 +187,7 @@ class ShardManifestSync(ShardSync):
         return self._members
 
     def _candidates(self, spec: StreamConfig, members: Sequence[str]) -> list[str]:
-        if not members:
-            return []
-        return owners_of(CHORE, f"shards/{spec.key_prefix}", members, replicas=min(self.replicas, len(members) - 1))
+        return chore_owners(f"shards/{spec.key_prefix}", members, replicas=self.replicas)
 
     def _round(self, stream: _Stream, members: tuple[str, ...]) -> None:
         now = self.clock()

@@ -15,7 +15,6 @@ also what the balanced planner hashes, so ``hashring explain --strategy balanced
 
 from __future__ import annotations
 
-import math
 import re
 import socket
 from collections.abc import Callable, Iterable, Sequence
@@ -26,6 +25,7 @@ from kinesis.consumer.kclpy_adapter import KclpyRecordProcessor
 from kinesis.consumer.positions import InitialPosition
 from kinesis.consumer.processing_failures import ProcessorRetryPolicy
 from kinesis.consumer.processor import RecordProcessor
+from kinesis.durations import check_seconds
 from kinesis.errors import ConfigurationError
 from kinesis.lease_loop.lease_timing import LeaseTiming
 
@@ -185,16 +185,7 @@ def default_worker_id() -> str:
 def _seconds(name: str, value: object, *, allow_none: bool = False, allow_zero: bool = False) -> float | None:
     if value is None and allow_none:
         return None
-    if (
-        isinstance(value, bool)
-        or not isinstance(value, int | float)
-        or not math.isfinite(value)
-        or value < 0
-        or (value == 0 and not allow_zero)
-    ):
-        bound = ">= 0" if allow_zero else "> 0"
-        raise ConfigurationError(f"{name} must be a finite number of seconds {bound}, got {value!r}")
-    return float(value)
+    return check_seconds(name, value, allow_zero=allow_zero)
 
 
 def _positive_int(name: str, value: object, *, lo: int = 1, hi: int | None = None) -> int:

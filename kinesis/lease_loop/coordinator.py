@@ -236,7 +236,9 @@ class LeaseCoordinator:
         return self._life.stop(graceful, timeout if timeout is not None else self.lease_duration)
 
     def checkpoint(self, key: str, checkpoint: Checkpoint | str | object) -> Lease:
-        """Checkpoint a held lease (from any thread); fenced by owner + counter.
+        """Checkpoint a held lease (from any thread); fenced by owner + counter. ``checkpoint``
+        is a :class:`Checkpoint`, its string (a sequence number or sentinel name) or a record
+        (its ``position``).
 
         A successful checkpoint also renews the lease. It is attempted even when the last
         renewal is late (``holds()`` is False): the conditional write can only succeed if

@@ -31,17 +31,15 @@ last successful write (:attr:`validity`), so it stops before any observer can se
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
+from kinesis.durations import check_seconds
 from kinesis.errors import ConfigurationError
 
 
 def seconds(name: str, value: object) -> float:
-    """``value`` as seconds, or a :class:`ConfigurationError` naming ``name``."""
-    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value) or value <= 0:
-        raise ConfigurationError(f"{name} must be a finite number of seconds > 0, got {value!r}")
-    return float(value)
+    """``value`` as seconds (> 0), or a :class:`ConfigurationError` naming ``name``."""
+    return check_seconds(name, value)
 
 
 @dataclass(frozen=True)

@@ -43,8 +43,9 @@ import uuid
 from collections.abc import Hashable
 from dataclasses import dataclass
 
-from hashring.placement import owners_of
+from hashring.placement import chore_owners
 from hashring.validation import check_members
+from kinesis.durations import check_seconds
 from kinesis.errors import ConfigurationError, DuplicateMemberIdError, KinesisHashRingError
 from kinesis.lease_loop.clock import MONOTONIC, Clock
 from kinesis.lease_loop.lease_model import MemberRow, TableSnapshot
@@ -52,8 +53,8 @@ from kinesis.lease_loop.leases import LeaseTable
 
 log = logging.getLogger(__name__)
 
-HEARTBEAT_CHORE = ("__chore__", "heartbeats")
-"""The reserved ring key whose owner deletes stale heartbeat rows."""
+HEARTBEAT_CHORE = "heartbeats"
+"""The chore (:func:`hashring.chore_owners`) whose owner deletes stale heartbeat rows."""
 
 
 @dataclass
@@ -80,9 +81,9 @@ class DynamoDBMembership:
         check_members([member_id])
         if member_id.startswith("__"):
             raise ConfigurationError(f"member ids may not start with '__', got {member_id!r}")
-        _positive("member_timeout", member_timeout)
+        check_seconds("member_timeout", member_timeout)
         self.member_timeout = float(member_timeout)
-        self.heartbeat_interval = _positive(
+        self.heartbeat_interval = check_seconds(
             "heartbeat_interval", heartbeat_interval if heartbeat_interval is not None else member_timeout / 3
         )
         if self.heartbeat_interval * 2 > self.member_timeout:
@@ -90,12 +91,12 @@ class DynamoDBMembership:
                 f"heartbeat_interval ({self.heartbeat_interval:g} s) must be at most half of "
                 f"member_timeout ({self.member_timeout:g} s), or live members look dead"
             )
-        self.refresh_interval = _positive(
+        self.refresh_interval = check_seconds(
             "refresh_interval", refresh_interval if refresh_interval is not None else self.heartbeat_interval
         )
         if stale_row_timeout is None:
             stale_row_timeout = 6 * self.member_timeout
-        self.stale_row_timeout = _positive("stale_row_timeout", stale_row_timeout)
+        self.stale_row_timeout = check_seconds("stale_row_timeout", stale_row_timeout)
         if self.stale_row_timeout < self.member_timeout:
             raise ConfigurationError(
                 f"stale_row_timeout ({self.stale_row_timeout:g} s) must be >= member_timeout "
@@ -195,7 +196,7 @@ class DynamoDBMembership:
                 del self._seen[member_id]  # left (row deleted) or collected
                 self._dirty = True
             self._last_refresh = now
-        if stale and not self.owns_cleanup():
+        if stale and not self._owns_cleanup(now):
             stale = []
         for member_id, seen in stale:
             try:
@@ -211,8 +212,10 @@ class DynamoDBMembership:
 
     def owns_cleanup(self) -> bool:
         """True if this member owns the stale-row clean-up chore (:data:`HEARTBEAT_CHORE`)."""
-        members = self._recompute(self.clock())
-        return self._self_id in members and owners_of(*HEARTBEAT_CHORE, members)[0] == self._self_id
+        return self._owns_cleanup(self.clock())
+
+    def _owns_cleanup(self, now: float) -> bool:
+        return chore_owners(HEARTBEAT_CHORE, self._recompute(now))[:1] == [self._self_id]
 
     def start(self) -> DynamoDBMembership:
         """Heartbeat and refresh from a background thread every ``heartbeat_interval``."""
@@ -296,7 +299,3 @@ class DynamoDBMembership:
         return f"DynamoDBMembership({self._self_id!r}, table={self.table.table_name!r})"
 
 
-def _positive(name: str, value: object) -> float:
-    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value) or value <= 0:
-        raise ConfigurationError(f"{name} must be a finite number of seconds > 0, got {value!r}")
-    return float(value)

@@ -33,10 +33,10 @@ import math
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 
-from hashring import Assignment, owners_of, watched_by_successors
+from hashring import Assignment, chore_owners, watched_by_successors
 from kinesis.lease_loop.lease_model import Lease
 
-SWEEP_CHORE = ("__chore__", "sweep")
+SWEEP_CHORE = "sweep"
 """The reserved ring key whose two owners sweep the table (rendezvous over the members)."""
 
 
@@ -219,4 +219,4 @@ class ScopedReads:
         """One of the two owners of the sweep chore among ``members``."""
         if self.member_id not in members:
             return False
-        return self.member_id in owners_of(*SWEEP_CHORE, members, replicas=min(1, len(members) - 1))
+        return self.member_id in chore_owners(SWEEP_CHORE, members, replicas=1)
