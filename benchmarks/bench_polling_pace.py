@@ -2,13 +2,13 @@
 
 Kinesis allows 5 GetRecords calls per second per shard, shared by every application reading
 it. Two loops read the same shard of one embedded moto server at the same time, each with its
-own ``ShardReader`` (``idle_backoff`` 1 s, ``min_read_interval`` 0.25 s, the Worker's defaults):
+own ``ShardReader`` (``idle_backoff`` 1 s):
 
-* ``paced`` waits ``ReadResult.suggested_wait`` (the SDK's policy: ``idle_backoff`` after
-  every batch at the tip of the shard, records or not; at most one call per
-  ``min_read_interval`` while catching up);
+* ``paced`` is the SDK's policy: it waits ``ReadResult.suggested_wait`` (``idle_backoff``
+  after every batch at the tip of the shard, records or not) and its calls start at least
+  ``min_read_interval`` (0.25 s, the Worker's default) apart;
 * ``eager`` waits ``idle_backoff`` only after an empty batch at the tip and reads again at
-  once otherwise (the SDK's policy before this benchmark was written).
+  once otherwise, with no ``min_read_interval`` (the SDK's policy before this benchmark).
 
 1. **steady**: a producer puts ``--rate`` records/s (each carries its put time) for
    ``--seconds``; both loops read from LATEST. Reported: calls/s per shard and put -> read
@@ -63,15 +63,16 @@ def pause(policy: str, batch: ReadResult, reader: ShardReader) -> float:
     return reader.idle_backoff if not batch.records and caught_up and not batch.shard_ended else 0.0
 
 
-def reader_for(client: Any, start: InitialPosition, max_records: int = 10000, stream: str = STREAM) -> ShardReader:
-    return ShardReader(client, stream, SHARD, start, max_records=max_records,
-                       idle_backoff=IDLE_BACKOFF, min_read_interval=MIN_READ_INTERVAL)
+def reader_for(client: Any, policy: str, start: InitialPosition, stream: str = STREAM) -> ShardReader:
+    """The Worker's reader settings; ``eager`` without ``min_read_interval`` (it had none)."""
+    return ShardReader(client, stream, SHARD, start, idle_backoff=IDLE_BACKOFF,
+                       min_read_interval=MIN_READ_INTERVAL if policy == "paced" else 0.0)
 
 
 def steady(client: Any, rate: float, seconds: float) -> dict[str, Any]:
     stop = threading.Event()
     latencies: dict[str, list[float]] = {p: [] for p in POLICIES}
-    readers = {p: reader_for(client, InitialPosition.LATEST) for p in POLICIES}
+    readers = {p: reader_for(client, p, InitialPosition.LATEST) for p in POLICIES}
     for r in readers.values():
         r.read_batch()  # LATEST: the iterator is taken before the producer starts
 
@@ -118,7 +119,7 @@ def catch_up(client: Any, backlog: int) -> dict[str, Any]:
             {"Data": b"x" * 100, "PartitionKey": str(j)} for j in range(i, min(backlog, i + 500))])
     out: dict[str, Any] = {"backlog": backlog}
     for p in POLICIES:
-        reader = reader_for(client, InitialPosition.TRIM_HORIZON, stream=BACKLOG_STREAM)
+        reader = reader_for(client, p, InitialPosition.TRIM_HORIZON, stream=BACKLOG_STREAM)
         read, started = 0, time.monotonic()
         while True:
             batch = reader.read_batch()
