@@ -314,14 +314,15 @@ def model_scoped(k: int, n: int, s: Sizes = Sizes(), lease: float = D, *,
 
 
 def model_scoped_worker(k: int, n: int, s: Sizes = Sizes(), lease: float = D, *, streams: int = 1,
-                        shard_sync: float = SHARD_SYNC, poll: float | None = None, sweep: float | None = 30 * D) -> Cost:
+                        shard_sync: float = SHARD_SYNC, poll: float | None = None, sweep: float | None = 30 * D,
+                        check: float | None = None) -> Cost:
     """A ``WorkerConfig(reads="scoped")`` Worker: :func:`model_scoped` plus the shard manifest of
     each stream (``kinesis.consumer.shard_manifest``): every member reads the head row
     (eventually consistent) every ``poll`` (default ``shard_sync / 2``); the chore owner and its
     backup read it strongly consistent every tick, and the owner renews it every tick; nothing
     else in steady state (new versions only on resharding)."""
     tick = lease / 3
-    base = model_scoped(k, n, s, lease, sweep=sweep)
+    base = model_scoped(k, n, s, lease, sweep=sweep, check=check)
     head_rcu = max(1, math.ceil(s.head_row / RCU_BYTES))
     polls = n * streams / (poll if poll is not None else shard_sync / 2)
     watchers = min(2, n) * streams / tick
@@ -337,7 +338,9 @@ def model_table(sizes: Sizes) -> list[dict[str, Any]]:
     rows = []
     for k, n in SCALES:
         costs = {"current": model_current(k, n, sizes), "scoped": model_scoped(k, n, sizes),
-                 "scoped_worker": model_scoped_worker(k, n, sizes), "kcl3": model_kcl3(k, n, sizes)}
+                 "scoped_worker": model_scoped_worker(k, n, sizes), "kcl3": model_kcl3(k, n, sizes),
+                 # backup_check_interval = a tick instead of D/2 (docs/fleet-scale.md)
+                 "scoped_worker_tick_check": model_scoped_worker(k, n, sizes, check=D / 3)}
         rows.append({
             "leases": k, "members": n,
             **{name: {"fleet": {f: round(v, 2) for f, v in asdict(c).items()},

@@ -331,6 +331,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.backup_check_interval is not None and args.reads != "scoped":
         parser.error("--backup-check-interval needs --reads scoped")
+    args.out_given = args.out
     if args.out is None:
         name = "lease_dynamics" if args.reads == "scan" else "lease_dynamics_scoped"
         if args.backup_check_interval is not None:
@@ -348,7 +349,8 @@ def main(argv: list[str] | None = None) -> int:
         "load_average_at_start": [round(x, 2) for x in os.getloadavg()],
         "command": "python benchmarks/bench_lease_dynamics.py" + (" --quick" if args.quick else "")
         + (" --reads scoped" if args.reads == "scoped" else "")
-        + (f" --backup-check-interval {args.backup_check_interval:g}" if args.backup_check_interval else ""),
+        + (f" --backup-check-interval {args.backup_check_interval:g}" if args.backup_check_interval else "")
+        + (f" --out {out_arg}" if (out_arg := getattr(args, "out_given", None)) else ""),
         "ledgers": str(out_dir),
     }
     with MotoProcess() as aws:
