@@ -95,3 +95,20 @@ def test_the_facades_stay_small() -> None:
     for path in (LEASE_LOOP / "leases.py", CONSUMER / "worker.py"):
         lines = len(path.read_text().splitlines())
         assert lines <= 400, f"{path.name} has {lines} lines: move a responsibility into a part"
+
+
+SPARK = Path(__file__).resolve().parent.parent / "spark_integration"
+
+
+def test_the_source_options_are_split_into_their_parts() -> None:
+    parts = {"spark_integration.option_values", "spark_integration.role_options",
+             "spark_integration.group_options"}
+    assert parts <= module_level_imports(SPARK / "options.py")
+    # the value parsers are plain functions of the text: no I/O, no Spark, no AWS
+    allowed = {"__future__", "re", "collections.abc", "datetime", "urllib.parse", "kinesis.errors"}
+    assert module_level_imports(SPARK / "option_values.py") <= allowed
+
+
+def test_the_source_options_stay_small() -> None:
+    lines = len((SPARK / "options.py").read_text().splitlines())
+    assert lines <= 400, f"options.py has {lines} lines: move an option group into a part"
