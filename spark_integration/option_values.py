@@ -84,14 +84,11 @@ def parse_bytes(value: str) -> int:
 
 
 def bytes_option(opts: Mapping[str, str], name: str, default: int, *, high: int) -> int:
-    value = opts.get(name.lower())
-    if value is None or value == "":
+    """A size in bytes of at most ``high`` (0 allowed), or ``default`` when unset."""
+    parsed = _size_of(opts, name, "'4m', '512k' or '1048576' (bytes; 0 turns shipping off)")
+    if parsed is None:
         return default
-    try:
-        number = parse_bytes(value)
-    except ValueError:
-        raise fail(name, f"{value!r} is not a size such as '4m', '512k' or '1048576' "
-                   "(bytes; 0 turns shipping off)") from None
+    value, number = parsed
     if number > high:
         raise fail(name, f"{value!r} is too large: use at most {high >> 20}m (Spark sends "
                    "every task through its RPC layer; larger ranges are better re-read "
@@ -101,18 +98,25 @@ def bytes_option(opts: Mapping[str, str], name: str, default: int, *, high: int)
 
 def size_option(opts: Mapping[str, str], name: str, *, high: int) -> int | None:
     """A positive size in bytes ('1m', '512k', a number), or None when unset."""
-    value = opts.get(name.lower())
-    if value is None or value == "":
+    parsed = _size_of(opts, name, "'1m', '512k' or '1048576' (bytes)")
+    if parsed is None:
         return None
-    try:
-        number = parse_bytes(value)
-    except ValueError:
-        raise fail(name, f"{value!r} is not a size such as '1m', '512k' or '1048576' "
-                   "(bytes)") from None
+    value, number = parsed
     if not 1 <= number <= high:
         raise fail(name, f"{value!r} is out of range: use a positive size of at most "
                    f"{high >> 30}g (unset: no byte limit)")
     return number
+
+
+def _size_of(opts: Mapping[str, str], name: str, examples: str) -> tuple[str, int] | None:
+    """``(text, bytes)`` of a size option, or None when unset; ``examples`` end the error."""
+    value = opts.get(name.lower())
+    if value is None or value == "":
+        return None
+    try:
+        return value, parse_bytes(value)
+    except ValueError:
+        raise fail(name, f"{value!r} is not a size such as {examples}") from None
 
 
 def parse_duration_s(value: str) -> float:
