@@ -89,9 +89,42 @@ def test_the_worker_is_split_into_its_parts() -> None:
     assert "kinesis.consumer.consumer_registration.deregister_on_stop" in imported_names(path)
 
 
+def test_the_shard_consumer_is_split_into_its_parts() -> None:
+    parts = {"kinesis.consumer.batch_retries", "kinesis.consumer.read_failures", "kinesis.consumer.shard_start",
+             "kinesis.consumer.shard_end", "kinesis.consumer.shard_status"}
+    assert parts <= module_level_imports(CONSUMER / "shard_consumer.py")
+    assert "kinesis.consumer.consumer_pool.ConsumerPool" in imported_names(CONSUMER / "worker.py")
+
+
+def test_the_read_backoff_and_the_shard_start_are_pure() -> None:
+    # no client, no clock, no threads, no logging: the consumer logs, counts and waits
+    assert module_level_imports(CONSUMER / "read_failures.py") <= {
+        "__future__", "dataclasses", "botocore.exceptions", "kinesis.errors"}
+    assert module_level_imports(CONSUMER / "shard_start.py") <= {
+        "__future__", "dataclasses", "datetime", "kinesis.consumer.positions"}
+
+
 def test_the_facades_stay_small() -> None:
-    # the lease table's calls, set-up, reads and member rows, and the worker's set-up and
-    # health, live in the parts above
-    for path in (LEASE_LOOP / "leases.py", CONSUMER / "worker.py"):
+    # the lease table's calls, set-up, reads and member rows, the worker's set-up and health,
+    # and the shard consumer's retries, read backoff, start, end, status and pool live in the
+    # parts above
+    for path in (LEASE_LOOP / "leases.py", CONSUMER / "worker.py", CONSUMER / "shard_consumer.py"):
         lines = len(path.read_text().splitlines())
         assert lines <= 400, f"{path.name} has {lines} lines: move a responsibility into a part"
+
+
+SPARK = Path(__file__).resolve().parent.parent / "spark_integration"
+
+
+def test_the_source_options_are_split_into_their_parts() -> None:
+    parts = {"spark_integration.option_values", "spark_integration.role_options",
+             "spark_integration.group_options"}
+    assert parts <= module_level_imports(SPARK / "options.py")
+    # the value parsers are plain functions of the text: no I/O, no Spark, no AWS
+    allowed = {"__future__", "re", "collections.abc", "datetime", "urllib.parse", "kinesis.errors"}
+    assert module_level_imports(SPARK / "option_values.py") <= allowed
+
+
+def test_the_source_options_stay_small() -> None:
+    lines = len((SPARK / "options.py").read_text().splitlines())
+    assert lines <= 400, f"options.py has {lines} lines: move an option group into a part"

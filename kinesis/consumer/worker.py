@@ -26,7 +26,7 @@ What it does:
   planned together: the fleet keeps ``max - min <= 1`` leases per member;
 * :class:`~kinesis.consumer.shard_sync.ShardSync` is its resource provider: shard discovery, lease rows
   with lineage, parents before children, new shards picked up while running;
-* :class:`~kinesis.consumer.shard_consumer.ConsumerPool` runs one reader thread per held shard and the
+* :class:`~kinesis.consumer.consumer_pool.ConsumerPool` runs one reader thread per held shard and the
   processor lifecycle, with graceful hand-offs that lose and duplicate nothing;
 * :meth:`run` turns SIGTERM/SIGINT into :meth:`stop` ``(graceful=True)``: leave the member
   list, hand every lease to its next owner, within ``shutdown_grace``;
@@ -54,10 +54,10 @@ from typing import Any
 
 from hashring import Membership
 from kinesis.consumer import worker_health, worker_setup
+from kinesis.consumer.consumer_pool import ConsumerPool
 from kinesis.consumer.consumer_registration import deregister_on_stop
 from kinesis.consumer.health import HealthServer
 from kinesis.consumer.metrics import build_registry, render
-from kinesis.consumer.shard_consumer import ConsumerPool
 from kinesis.consumer.shard_manifest import shard_provider
 from kinesis.consumer.signals import stop_on_signals
 from kinesis.consumer.worker_config import (

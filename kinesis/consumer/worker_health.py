@@ -13,7 +13,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from hashring import Assignment
-from kinesis.consumer.shard_consumer import ShardStatus
+from kinesis.consumer.shard_status import ShardStatus
 from kinesis.consumer.worker_config import WorkerConfig
 from kinesis.lease_loop.lease_listener import CoordinatorStatus
 
