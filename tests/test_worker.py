@@ -34,10 +34,10 @@ from kinesis import (
     WorkerConfig,
     lease_key,
 )
+from kinesis.consumer.consumer_pool import ConsumerPool
 from kinesis.consumer.health import HealthServer
 from kinesis.consumer.reader import ShardReader
 from kinesis.consumer.retrieval import make_reader
-from kinesis.consumer.shard_consumer import ConsumerPool
 from kinesis.consumer.shard_sync import ShardSync
 from kinesis.consumer.shards import ShardDiscovery
 from kinesis.consumer.signals import stop_on_signals

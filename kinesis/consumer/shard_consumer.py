@@ -47,7 +47,7 @@ from __future__ import annotations
 import logging
 import threading
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from kinesis.consumer.batch_retries import deliver
 from kinesis.consumer.lease_checkpointer import LeaseCheckpointer
@@ -66,19 +66,9 @@ from kinesis.lease_loop.lease_model import Lease
 if TYPE_CHECKING:
     from kinesis.consumer.consumer_pool import ConsumerPool
 
-__all__ = ["MAX_READ_BACKOFF", "READ_ERRORS", "ConsumerPool", "LeaseHolder", "ShardConsumer", "ShardStatus"]
+__all__ = ["MAX_READ_BACKOFF", "READ_ERRORS", "LeaseHolder", "ShardConsumer", "ShardStatus"]
 
 log = logging.getLogger(__name__)
-
-
-def __getattr__(name: str) -> Any:
-    # ConsumerPool lives in kinesis.consumer.consumer_pool (which imports this module); it is
-    # still importable from here
-    if name == "ConsumerPool":
-        from kinesis.consumer.consumer_pool import ConsumerPool
-
-        return ConsumerPool
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 class ShardConsumer:
