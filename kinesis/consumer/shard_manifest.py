@@ -142,7 +142,6 @@ class ShardManifestSync(ShardSync):
         ]
         self._members: tuple[str, ...] = ()
         self.published = 0
-        self.head_reads = 0
 
     # --- the resource provider -------------------------------------------------------
 
@@ -209,7 +208,6 @@ class ShardManifestSync(ShardSync):
         self._apply(stream)
 
     def _observe(self, stream: _Stream, head: ManifestHead | None, now: float) -> None:
-        self.head_reads += 1
         old = stream.head
         if head is None or old is None or (head.owner, head.counter) != (old.owner, old.counter):
             stream.head_seen_at = now

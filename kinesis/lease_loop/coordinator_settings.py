@@ -15,10 +15,11 @@ from typing import Any
 
 from hashring import Membership
 from hashring.validation import check_replicas
+from kinesis.durations import check_seconds
 from kinesis.errors import ConfigurationError
 from kinesis.lease_loop.lease_listener import LeaseListener, NullListener, ResourceProvider
 from kinesis.lease_loop.lease_model import Checkpoint
-from kinesis.lease_loop.lease_timing import LeaseTiming, seconds
+from kinesis.lease_loop.lease_timing import LeaseTiming
 from kinesis.lease_loop.leases import LeaseTable
 from kinesis.lease_loop.membership import DynamoDBMembership
 from kinesis.lease_loop.resource_keys import provider_of
@@ -140,4 +141,4 @@ def _check_count(name: str, value: Any) -> None:
 
 
 def _seconds_or(name: str, value: float | None, default: float) -> float:
-    return default if value is None else seconds(name, value)
+    return default if value is None else check_seconds(name, value)

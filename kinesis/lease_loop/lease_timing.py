@@ -37,11 +37,6 @@ from kinesis.durations import check_seconds
 from kinesis.errors import ConfigurationError
 
 
-def seconds(name: str, value: object) -> float:
-    """``value`` as seconds (> 0), or a :class:`ConfigurationError` naming ``name``."""
-    return check_seconds(name, value)
-
-
 @dataclass(frozen=True)
 class LeaseTiming:
     """The validated durations of one lease loop (see the module docs); build with :meth:`of`."""
@@ -68,22 +63,22 @@ class LeaseTiming:
         replicas: int = 1,
     ) -> LeaseTiming:
         """Fill in the defaults and check every rule (a ConfigurationError names the field)."""
-        lease = seconds("lease_duration", lease_duration)
-        tick = seconds("tick_interval", tick_interval if tick_interval is not None else lease / 3)
+        lease = check_seconds("lease_duration", lease_duration)
+        tick = check_seconds("tick_interval", tick_interval if tick_interval is not None else lease / 3)
         if tick * 2 > lease:
             raise ConfigurationError(
                 f"tick_interval ({tick:g} s) must be at most half of lease_duration ({lease:g} s): "
                 "leases are renewed once per tick and must be renewed at least twice per lease "
                 "duration (default: lease_duration / 3)"
             )
-        scan = seconds("scan_interval", scan_interval if scan_interval is not None else tick / 3)
+        scan = check_seconds("scan_interval", scan_interval if scan_interval is not None else tick / 3)
         if scan > tick:
             raise ConfigurationError(
                 f"scan_interval ({scan:g} s) must be at most tick_interval ({tick:g} s); set it to "
                 "tick_interval to scan on ticks only"
             )
-        grace = seconds("backup_grace", backup_grace if backup_grace is not None else lease)
-        orphan = seconds(
+        grace = check_seconds("backup_grace", backup_grace if backup_grace is not None else lease)
+        orphan = check_seconds(
             "orphan_timeout", orphan_timeout if orphan_timeout is not None else lease + (replicas + 1) * grace
         )
         if orphan < lease:
@@ -91,8 +86,8 @@ class LeaseTiming:
                 f"orphan_timeout ({orphan:g} s) must be >= lease_duration ({lease:g} s): a lease "
                 "cannot be orphaned before it expires"
             )
-        handoff = seconds("handoff_timeout", handoff_timeout if handoff_timeout is not None else lease)
-        adopt = seconds("adopt_timeout", adopt_timeout if adopt_timeout is not None else tick)
+        handoff = check_seconds("handoff_timeout", handoff_timeout if handoff_timeout is not None else lease)
+        adopt = check_seconds("adopt_timeout", adopt_timeout if adopt_timeout is not None else tick)
         return cls(lease, tick, scan, grace, orphan, handoff, adopt)
 
     @property
