@@ -51,6 +51,7 @@ from kinesis.consumer.shards import ShardDiscovery  # noqa: E402
 from kinesis.consumer.worker_config import StreamConfig  # noqa: E402
 from kinesis.lease_loop.clock import FakeClock  # noqa: E402
 from kinesis.lease_loop.coordinator import LeaseCoordinator  # noqa: E402
+from kinesis.lease_loop.lease_model import SESSION_PREFIX  # noqa: E402
 from kinesis.lease_loop.leases import LeaseTable  # noqa: E402
 from kinesis.testing import LocalAWS  # noqa: E402
 
@@ -201,6 +202,7 @@ def measure(aws: LocalAWS, n_keys: int, n_members: int, window: float, reads: st
             per_op[op]["read_bytes"] += (usage.read_bytes[op] - bytes0[op]) * scale / n_members
     rows = observer.scan().leases
     lease_row = sum(item_size(_raw_item(observer, k)) for k in list(rows)[:20]) / min(20, len(rows))
+    session_row = item_size(_raw_item(observer, SESSION_PREFIX + names[0]))
     for c in coordinators.values():
         c.stop(graceful=False)
     totals = {k: round(sum(v[k] for v in per_op.values()), 1) for k in ("requests", "rcu", "wcu", "read_bytes")}
@@ -211,6 +213,7 @@ def measure(aws: LocalAWS, n_keys: int, n_members: int, window: float, reads: st
         "window_s": window,
         "settle_s": round(took, 1),
         "lease_row_bytes": round(lease_row),
+        "session_row_bytes": session_row,
         "per_member_per_minute": {op: {k: round(x, 1) for k, x in v.items()} for op, v in sorted(per_op.items())},
         "per_member_per_minute_total": totals,
         "scans_per_member_per_minute": round(per_op.get("Scan", {}).get("requests", 0.0), 1),
@@ -231,6 +234,7 @@ class Sizes:
     member_row: int = 150
     index_entry: int = 100  # KCL 3.x key-only leaseOwner index entry (key + owner)
     head_row: int = 120  # fleet-scale design: the manifest head row
+    session_row: int = 70  # one per member (measured: part 1 reports it)
     metrics_row: int = 300  # KCL 3.x worker metrics row
 
 
@@ -261,15 +265,18 @@ def _wcu(size: int) -> int:
 
 def model_current(k: int, n: int, s: Sizes = Sizes(), lease: float = D, *, heartbeats: bool = True) -> Cost:
     """Today's loop: every member scans the whole table (strongly consistent) every round
-    (one tick + two light rounds per tick), renews each lease and (with DynamoDBMembership,
-    the Worker's default) heartbeats every tick."""
+    (one tick + two light rounds per tick), renews its session and each lease and (with
+    DynamoDBMembership, the Worker's default) heartbeats every tick."""
     tick = lease / 3
     rounds = 3 / tick
-    pages, rcu = _scan_rcu(k * s.lease_row + (n * s.member_row if heartbeats else 0), consistent=True)
+    table_bytes = k * s.lease_row + n * s.session_row + (n * s.member_row if heartbeats else 0)
+    pages, rcu = _scan_rcu(table_bytes, consistent=True)
     renew = k / tick
+    sessions = n / tick
     heartbeat = n / tick if heartbeats else 0.0
-    return Cost(n * rounds * pages, n * rounds * rcu, renew + heartbeat,
-                renew * _wcu(s.lease_row) + heartbeat * _wcu(s.member_row), n * rounds * pages)
+    return Cost(n * rounds * pages, n * rounds * rcu, renew + sessions + heartbeat,
+                renew * _wcu(s.lease_row) + sessions * _wcu(s.session_row) + heartbeat * _wcu(s.member_row),
+                n * rounds * pages)
 
 
 def model_kcl3(k: int, n: int, s: Sizes = Sizes(), lease: float = D) -> Cost:
@@ -292,25 +299,27 @@ def model_kcl3(k: int, n: int, s: Sizes = Sizes(), lease: float = D) -> Cost:
 def model_scoped(k: int, n: int, s: Sizes = Sizes(), lease: float = D, *,
                  replicas: int = 1, check: float | None = None, sweep: float | None = 30 * D) -> Cost:
     """``reads="scoped"`` as built: no scan per round. Each member's keys are backed up by its
-    ``replicas`` successors in the sorted member list, so each member reads one sample row of
+    ``replicas`` successors in the sorted member list, so each member reads the session row of
     each of its ``replicas`` predecessors (one BatchGetItem, eventually consistent) every
     ``check`` (default ``lease / 2``); two members sweep the table (one eventually consistent
     scan each) every ``sweep`` (``None``: leave the sweep out, as a window between sweeps
-    measures); renewals as today; membership outside DynamoDB."""
+    measures); renewals (the session, then each lease) every tick; membership outside
+    DynamoDB."""
     tick = lease / 3
     # a check runs on the first round (a tick or a light round, lease / 9 apart) after it is due
     check = (lease / 2 if check is None else check) + lease / 18
     watched = min(replicas, n - 1)
-    per_item = 0.5 * max(1, math.ceil(s.lease_row / RCU_BYTES))
-    renew = k / tick
+    per_item = 0.5 * max(1, math.ceil(s.session_row / RCU_BYTES))
+    renew = k / tick + n / tick
+    renew_wcu = k / tick * _wcu(s.lease_row) + n / tick * _wcu(s.session_row)
     batch = n * (1 if watched else 0) / check
     rcu = n * watched * per_item / check
     if sweep is None:
-        return Cost(batch, rcu, renew, renew * _wcu(s.lease_row), 0.0)
-    pages, scan_rcu = _scan_rcu(k * s.lease_row, consistent=False)
+        return Cost(batch, rcu, renew, renew_wcu, 0.0)
+    pages, scan_rcu = _scan_rcu(k * s.lease_row + n * s.session_row, consistent=False)
     sweepers = min(2, n)
     return Cost(batch + sweepers * pages / sweep, rcu + sweepers * scan_rcu / sweep,
-                renew, renew * _wcu(s.lease_row), sweepers * pages / sweep)
+                renew, renew_wcu, sweepers * pages / sweep)
 
 
 def model_scoped_worker(k: int, n: int, s: Sizes = Sizes(), lease: float = D, *, streams: int = 1,
@@ -389,7 +398,8 @@ def main(argv: list[str] | None = None) -> int:
                 result["wall_s"] = round(time.perf_counter() - started, 1)
                 measured.append(result)
                 console.print(f"measured {reads} {n_keys} x {n_members} in {result['wall_s']} s")
-    sizes = Sizes(lease_row=measured[0]["lease_row_bytes"])
+    sizes = Sizes(lease_row=measured[0]["lease_row_bytes"],
+                  session_row=measured[0].get("session_row_bytes", Sizes.session_row))
     checks = []
     for m in measured:
         fn = {"scan": model_current, "scoped": model_scoped, "manifest": model_scoped_worker}[m["reads"]]

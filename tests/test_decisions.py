@@ -4,6 +4,7 @@ FakeClock. No moto, no threads, no coordinator."""
 from __future__ import annotations
 
 from collections.abc import Iterable
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -11,8 +12,8 @@ import pytest
 from hashring import Assignment
 from kinesis.lease_loop import decisions
 from kinesis.lease_loop.clock import FakeClock
-from kinesis.lease_loop.decisions import Offer, Seen, Snapshot, Suspicions, Take
-from kinesis.lease_loop.lease_model import Lease
+from kinesis.lease_loop.decisions import Offer, Seen, SessionSeen, Snapshot, Suspicions, Take
+from kinesis.lease_loop.lease_model import Lease, SessionCheck
 from kinesis.lease_loop.lease_timing import LeaseTiming
 
 # lease 9 s, tick 3 s, adopt 3 s (a tick), backup grace 9 s, orphan 9 + 3 * 9 = 36 s, hand-off 9 s
@@ -392,3 +393,73 @@ def test_the_next_expiry_is_the_first_future_expiry_of_someone_elses_lease() -> 
     assert decisions.next_expiry(seen, {"k5"}, "a", LEASE, after=0.0) == 4.0 + LEASE
     assert decisions.next_expiry(seen, {"k5"}, "a", LEASE, after=4.0 + LEASE) == 10.0 + LEASE
     assert decisions.next_expiry(seen, set(), "a", LEASE, after=10.0 + LEASE) == float("inf")
+
+
+# --- sessions ---------------------------------------------------------------------------------
+
+
+def session_scene(token: str = "tok-x") -> tuple[Scene, dict[str, SessionSeen]]:
+    """x renewed its session (tok-x, counter 5) at t0 for the last time; its lease row k
+    (naming that session) is first read a check interval later."""
+    scene = Scene()
+    sessions = {"x": SessionSeen("tok-x", 5, scene.clock(), scene.clock())}
+    scene.later(LEASE / 2)
+    scene.rows["k"] = Lease("k", "x", 7, session=token)
+    scene.seen["k"] = Seen(7, "x", scene.clock(), token)
+    return scene, sessions
+
+
+def read_now(snap: Snapshot, sessions: dict[str, SessionSeen]) -> Snapshot:
+    """``snap`` with ``sessions`` read this round (unchanged since their ``since``)."""
+    return replace(snap, sessions={m: replace(s, read_at=snap.now) for m, s in sessions.items()})
+
+
+def test_a_lease_naming_its_owners_session_expires_with_the_session_and_its_take_checks_it() -> None:
+    scene, sessions = session_scene()
+    scene.later(LEASE / 2 - EPS)  # LEASE - EPS after the session's last renewal
+    assert decisions.takes(read_now(scene.snap("a", K_ABC), sessions), ["k"]).takes == ()
+    scene.later(EPS)
+    got = decisions.takes(read_now(scene.snap("a", K_ABC), sessions), ["k"]).takes
+    assert [(t.key, t.kind, t.check) for t in got] == [("k", "takeovers", SessionCheck("x", "tok-x", 5))]
+    # the same moment, the row alone (read half a lease later) is not expired yet
+    assert decisions.takes(scene.snap("a", K_ABC), ["k"]).takes == ()
+    assert decisions.suspect(read_now(scene.snap("b"), sessions), ()).suspected == ("x",)
+    assert decisions.next_expiry(scene.seen, set(), "a", LEASE, after=0.0, sessions=sessions) == 1000.0 + LEASE
+
+
+def test_a_session_not_read_this_round_does_not_time_a_lease() -> None:
+    # an old view (a member not watched any more, last seen by a sweep) is no news
+    scene, sessions = session_scene()
+    scene.later(LEASE / 2)
+    snap = replace(scene.snap("a", K_ABC), sessions=sessions)  # read at t0 only
+    assert decisions.takes(snap, ["k"]).takes == ()
+    assert decisions.suspect(replace(scene.snap("b"), sessions=sessions), ()).suspected == ()
+
+
+def test_a_lease_naming_another_token_is_timed_by_its_row_alone() -> None:
+    # taken by a 0.1 member (which keeps the attribute it finds) or by an earlier run of x:
+    # x's current session says nothing about it
+    scene, sessions = session_scene(token="tok-old")
+    scene.later(LEASE / 2)
+    assert decisions.takes(read_now(scene.snap("a", K_ABC), sessions), ["k"]).takes == ()
+    scene.later(LEASE / 2)
+    got = decisions.takes(read_now(scene.snap("a", K_ABC), sessions), ["k"]).takes
+    assert [(t.kind, t.check) for t in got] == [("takeovers", None)]
+
+
+def test_a_row_newer_than_the_session_is_timed_by_the_session_only_if_the_session_is_older() -> None:
+    scene = Scene().row("k", "x", counter=7)
+    scene.seen["k"] = Seen(7, "x", scene.clock(), "tok-x")
+    sessions = {"x": SessionSeen("tok-x", 5, scene.clock() + 1.0, scene.clock() + 1.0)}  # renewed after
+    scene.later(LEASE)
+    got = decisions.takes(read_now(scene.snap("a", K_ABC), sessions), ["k"]).takes
+    assert [(t.kind, t.check) for t in got] == [("takeovers", None)]  # the row's own timer, no check
+
+
+def test_a_row_read_late_does_not_make_a_holder_with_a_session_read_now_active() -> None:
+    seen = {"k1": Seen(1, "x", 0.0, "tok-x"), "k2": Seen(1, "y", 0.0, "tok-y")}
+    rows = {"k1": Lease("k1", "x", 2, session="tok-x"), "k2": Lease("k2", "y", 2, session="tok-y")}
+    fresh = {"x": SessionSeen("tok-x", 5, 0.0, 50.0)}
+    assert decisions.observe(rows, seen, 50.0, sessions=fresh).active == {"y"}
+    stale = {"x": SessionSeen("tok-x", 5, 0.0, 40.0)}  # not read this round: the row tells
+    assert decisions.observe(rows, seen, 50.0, sessions=stale).active == {"x", "y"}

@@ -14,7 +14,7 @@ from kinesis.lease_loop.clock import FakeClock
 from kinesis.lease_loop.coordinator_settings import CoordinatorSettings
 from kinesis.lease_loop.holder import LeaseHolder
 from kinesis.lease_loop.lease_listener import NullListener
-from kinesis.lease_loop.lease_model import TRIM_HORIZON, Lease, TableSnapshot
+from kinesis.lease_loop.lease_model import TRIM_HORIZON, Lease, SessionRow, TableSnapshot
 from kinesis.lease_loop.lease_timing import LeaseTiming
 from kinesis.lease_loop.leases import LeaseTable
 from kinesis.lease_loop.member_list import MemberList
@@ -39,15 +39,20 @@ class MemoryTable(LeaseTable):
         self.rows = dict(rows)
         self.scans: list[bool] = []
         self.gets: list[set[str]] = []
+        self.session_gets: list[set[str]] = []
+        self.sessions: dict[str, SessionRow] = {}
 
     def scan(self, *, page_size: int | None = None, consistent: bool = True) -> TableSnapshot:
         self.scans.append(consistent)
         return TableSnapshot(dict(self.rows), {}, {}, read_at=0.0)
 
-    def get_many(self, keys: Iterable[str], *, consistent: bool = False) -> dict[str, Lease | None]:
+    def read_rows(self, keys: Iterable[str], members: Iterable[str], *, consistent: bool = False
+                  ) -> tuple[dict[str, Lease | None], dict[str, SessionRow | None]]:
         wanted = set(keys)
+        watched = set(members)
         self.gets.append(wanted)
-        return {k: self.rows.get(k) for k in wanted}
+        self.session_gets.append(watched)
+        return {k: self.rows.get(k) for k in wanted}, {m: self.sessions.get(m) for m in watched}
 
 
 class Unlisted(StaticMembership):
@@ -142,9 +147,8 @@ def test_scoped_reads_sweep_at_start_then_read_only_the_rows_that_can_change_a_d
     assert plan is not None and plan is p.reads.last_plan
     index = p.scoped.index(plan)
     read = p.table.gets[-1]
-    samples = {keys[0] for keys in index.backed_up.values()}
-    assert set(index.primary) <= read <= set(index.primary) | samples
-    assert len(read) < len(KEYS) / 2  # its own keys and one sample per watched member
+    assert read == set(index.primary)  # its own keys (none held yet)
+    assert p.table.session_gets[-1] == set(index.backed_up)  # the session of each watched member
     assert list(view.to_take) == sorted(read)
     assert view.snap.planned == index.planned
     assert view.last_full == {}  # the sweep's rows (none)
@@ -171,7 +175,7 @@ def test_a_scoped_light_round_with_nothing_to_read_reads_nothing_a_tick_reads_on
     p.reads.read(full=True)
     p.clock.advance(1.0)
     view = p.reads.read(full=False)
-    assert view is not None and list(view.to_take) == [] and p.table.gets == []
+    assert view is not None and list(view.to_take) == [] and p.table.gets == [] == p.table.session_gets
     assert p.record.last_table_read_at == 100.0  # nothing was read
     view = p.reads.read(full=True)
     assert view is not None and p.table.gets == [{KEYS[0]}]  # proof the table is reachable

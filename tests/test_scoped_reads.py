@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 from hashring import stable_assignment
-from kinesis.lease_loop.lease_model import Lease
+from kinesis.lease_loop.decisions import SessionSeen
+from kinesis.lease_loop.lease_model import SessionRow
 from kinesis.lease_loop.scoped_reads import ScopedReads
 
 MEMBERS = ("a", "b", "c", "d")
@@ -11,42 +12,44 @@ KEYS = [f"k{i:02d}" for i in range(40)]
 PLAN = stable_assignment(MEMBERS, KEYS, replicas=1)
 
 
-def test_reads_planned_keys_not_held_and_one_sample_per_backed_up_holder() -> None:
+def test_reads_planned_keys_not_held_and_one_session_per_backed_up_holder() -> None:
     reads = ScopedReads("a")
     index = reads.index(PLAN)
     assert set(index.primary) == {k for k in KEYS if PLAN.owner(k) == "a"}
     assert {h for h in index.backed_up} <= {"b", "c", "d"}
     held = set(index.primary[:3])
-    wanted, samples = reads.to_read(PLAN, held, check_backups=False)
-    assert wanted == set(index.primary) - held and samples == {}
-    wanted, samples = reads.to_read(PLAN, index.primary, check_backups=True)
-    assert samples == {h: keys[0] for h, keys in index.backed_up.items()}
-    assert wanted == set(samples.values())  # one row per holder, not one per backed-up key
+    wanted, sessions = reads.to_read(PLAN, held, check_backups=False)
+    assert wanted == set(index.primary) - held and sessions == set()
+    wanted, sessions = reads.to_read(PLAN, index.primary, check_backups=True)
+    assert sessions == set(index.backed_up)  # one session row per holder, no lease row
+    assert wanted == set()
     assert reads.index(PLAN) is index  # computed once per plan
 
 
-def test_a_holder_whose_sample_stops_changing_for_a_tick_is_read_in_full_until_it_writes() -> None:
+def test_a_holder_whose_session_stops_changing_for_a_tick_is_read_in_full_until_it_writes() -> None:
     reads = ScopedReads("a")
     holder, keys = next((h, ks) for h, ks in reads.index(PLAN).backed_up.items() if len(ks) > 1)
-    sample = keys[0]
-    row = Lease(sample, holder, 5)
-    reads.judge({holder: sample}, {sample: row}, {sample: (4, holder, 0.0)}, now=1.0, tick_interval=1.0)
+    row = SessionRow(holder, "t1", 5)
+    reads.judge({holder: row}, {holder: SessionSeen("t1", 4, 0.0, 0.0)}, now=1.0, tick_interval=1.0)
     assert holder not in reads.stalled  # the counter moved: alive
-    reads.judge({holder: sample}, {sample: row}, {sample: (5, holder, 1.0)}, now=1.5, tick_interval=1.0)
+    reads.judge({holder: row}, {holder: SessionSeen("t1", 5, 1.0, 1.0)}, now=1.5, tick_interval=1.0)
     assert holder not in reads.stalled  # unchanged for less than a tick
-    reads.judge({holder: sample}, {sample: row}, {sample: (5, holder, 1.0)}, now=2.0, tick_interval=1.0)
+    reads.judge({holder: row}, {holder: SessionSeen("t1", 5, 1.0, 1.0)}, now=2.0, tick_interval=1.0)
     assert holder in reads.stalled
-    wanted, samples = reads.to_read(PLAN, (), check_backups=True)
-    assert set(keys) <= wanted and holder not in samples
+    wanted, sessions = reads.to_read(PLAN, (), check_backups=False)
+    assert set(keys) <= wanted and holder in sessions  # its rows and its session, every round
+    reads.judge({holder: SessionRow(holder, "t2", 1)}, {holder: SessionSeen("t1", 5, 1.0, 1.0)}, now=2.5,
+                tick_interval=1.0)
+    assert holder not in reads.stalled  # a new session (a restart under the same id): alive
+    reads.stalled.add(holder)
     reads.alive([holder])
     assert holder not in reads.stalled
 
 
-def test_a_sample_row_that_moved_or_vanished_marks_its_holder_stalled() -> None:
+def test_a_holder_without_a_session_row_is_stalled() -> None:
     reads = ScopedReads("a")
-    reads.judge({"b": "k00"}, {"k00": Lease("k00", "c", 9)}, {}, now=0.0, tick_interval=1.0)
-    reads.judge({"c": "k01"}, {"k01": None}, {}, now=0.0, tick_interval=1.0)
-    assert reads.stalled == {"b", "c"}
+    reads.judge({"c": None}, {}, now=0.0, tick_interval=1.0)
+    assert reads.stalled == {"c"}
 
 
 def test_stable_tuples_for_the_planner_cache_and_the_sweep_chore_owners() -> None:

@@ -65,7 +65,7 @@ CORRUPT = {m.KEY: {"S": "bad"}, m.COUNTER: {"S": "x"}}
 
 def test_scanned_rows_are_sorted_into_leases_members_and_corrupt_rows_and_reserved_rows_are_left_out() -> None:
     lease = Lease("app/orders/shardId-0", "a", 4)
-    leases, members, corrupt = sort_rows([m.lease_to_item(lease), member_item("a"),
+    leases, members, corrupt, _sessions = sort_rows([m.lease_to_item(lease), member_item("a"),
                                           {m.KEY: {"S": "__manifest__#head"}}, CORRUPT])
     assert leases == {lease.key: lease}
     assert list(members) == ["a"] and members["a"].heartbeat == 3

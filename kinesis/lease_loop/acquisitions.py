@@ -14,7 +14,6 @@ import logging
 from collections.abc import Callable, Mapping, MutableSet, Sequence
 
 from kinesis.errors import KinesisHashRingError, LeaseLostError
-from kinesis.lease_loop.clock import Clock
 from kinesis.lease_loop.decisions import Seen, Take
 from kinesis.lease_loop.holder import LeaseHolder
 from kinesis.lease_loop.lease_listener import GuardedListener
@@ -28,12 +27,11 @@ class Acquisitions:
     """Sends :class:`~kinesis.lease_loop.decisions.Take` decisions for ``member_id``."""
 
     def __init__(self, holder: LeaseHolder, listener: GuardedListener, pool: WritePool, member_id: str,
-                 clock: Clock, initial_checkpoint: Checkpoint):
+                 initial_checkpoint: Checkpoint):
         self._holder = holder
         self._listener = listener
         self._pool = pool
         self._me = member_id
-        self._clock = clock
         self._initial_checkpoint = initial_checkpoint
 
     def run(self, takes: Sequence[Take], fresh: MutableSet[str], seen: Mapping[str, Seen],
@@ -41,6 +39,10 @@ class Acquisitions:
         """Send ``takes`` at once; hold and start what they won, adding started keys to
         ``fresh``. ``seen`` and ``last_full`` (the rows of the last full read) name the
         previous owner and the sender of a hand-off in the log."""
+        if takes:  # what a take's validity counts from: a session renewal of this tick or newer
+            self._holder.renew_session(unless_newer_than=self._holder.tick_interval / 2)
+            if not self._holder.has_session():
+                return  # nothing it took could be processed: the next round tries again
         results = self._pool.run([functools.partial(self._timed, self._write(t)) for t in takes])
         for take, result in zip(takes, results, strict=True):
             if isinstance(result, LeaseLostError):
@@ -50,11 +52,11 @@ class Acquisitions:
                 log.warning("%s: could not take %s: %s", self._me, take.key, result,
                             exc_info=not isinstance(result, KinesisHashRingError))
                 continue
-            lease, sent = result
+            lease, stamp = result
             if lease is None:
                 self._holder.count("take_conflicts")
                 continue
-            h = self._holder.add(take.key, lease, sent)
+            h = self._holder.add(take.key, lease, stamp)
             if h.started:
                 fresh.add(take.key)
             self._holder.count(take.kind)
@@ -64,17 +66,17 @@ class Acquisitions:
                 self._holder.drop(take.key, h)
 
     def _write(self, take: Take) -> Callable[[], Lease | None]:
-        table = self._holder.table
+        table, session = self._holder.table, self._holder.session
         if take.lease is None:
             return functools.partial(table.create_lease_if_absent, take.key,
-                                     checkpoint=self._initial_checkpoint, owner=self._me)
+                                     checkpoint=self._initial_checkpoint, owner=self._me, session=session)
         if take.kind == "adopted":
-            return functools.partial(table.adopt, take.lease)
-        return functools.partial(table.take, take.lease, self._me)
+            return functools.partial(table.adopt, take.lease, session=session)
+        return functools.partial(table.take, take.lease, self._me, session=session, check=take.check)
 
     def _timed(self, write: Callable[[], Lease | None]) -> tuple[Lease | None, float]:
-        sent = self._clock()
-        return write(), sent
+        stamp = self._holder.stamp()
+        return write(), stamp
 
     def _how(self, key: str, kind: str, seen: Mapping[str, Seen], last_full: Mapping[str, Lease]) -> str:
         """How ``key`` was acquired and from whom, for the log (the row as last read)."""

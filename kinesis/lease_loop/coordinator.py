@@ -202,7 +202,7 @@ class LeaseCoordinator:
         planner = Planner(me, s.replicas, s.weights, self._scoped if s.reads == "scoped" else None)
         self._reads = RoundReads(me, s, self._holder, self._members, ResourceKeys(s.resources, me, self._count),
                                  self._obs, self._scoped, planner, self._record, clock)
-        self._acquisitions = Acquisitions(self._holder, self._listener, self._pool, me, clock, s.initial_checkpoint)
+        self._acquisitions = Acquisitions(self._holder, self._listener, self._pool, me, s.initial_checkpoint)
         self._handoffs = Handoffs(self._holder, self._listener, self._pool, me, self._loop.wake)
         self._fresh: set[str] = set()  # keys acquired during the current round
 

@@ -5,6 +5,13 @@ these, and sends the writes they name. Every duration is judged on the observer'
 (``Snapshot.now``) against :class:`Seen` timers: when this member first saw a row's
 (counter, owner) pair. A row is *unchanged* for ``now - seen.since``.
 
+**Sessions.** A lease that names its owner's current session token (``Lease.session``)
+is unchanged for as long as its row *or* that session row is, whichever is longer: a
+holder renews its session once per tick and stops processing by the session's timer too
+(:mod:`~kinesis.lease_loop.session_rows`). A take that relies on the session's timer
+carries a :class:`~kinesis.lease_loop.lease_model.SessionCheck`: it is sent in one
+transaction with a check that the session row is still what was timed.
+
 **Taking** (:func:`takes`). A lease is expired once unchanged for ``lease_duration``; a free
 lease (or a missing row) counts as expired from the moment it is first seen free; an offer
 (a lease handed off to a member) once unchanged for ``adopt_timeout``. The takeover order
@@ -36,7 +43,7 @@ from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field, replace
 
 from hashring import Assignment
-from kinesis.lease_loop.lease_model import Lease
+from kinesis.lease_loop.lease_model import Lease, SessionCheck
 from kinesis.lease_loop.lease_timing import LeaseTiming
 
 
@@ -47,6 +54,40 @@ class Seen:
     counter: int | None  # None: no row yet
     owner: str | None
     since: float
+    session: str | None = None
+    """The row's session token (``Lease.session``)."""
+
+
+@dataclass(frozen=True)
+class SessionSeen:
+    """When this member first saw a member's session row with (token, counter)."""
+
+    token: str
+    counter: int
+    since: float
+    read_at: float
+    """When the row was last read (unchanged since ``since`` until then)."""
+
+
+def session_timer(seen: Seen, sessions: Mapping[str, SessionSeen], read_by: float = -math.inf
+                  ) -> SessionSeen | None:
+    """The session timer that times a row seen as ``seen``: its owner's, if the row names
+    that session's token, the session has been unchanged for longer than the row, and it
+    was read at ``read_by`` or later (this round: an old view of a session is no news)."""
+    if seen.session is None or seen.owner is None:
+        return None
+    session = sessions.get(seen.owner)
+    if (session is None or session.token != seen.session or session.since >= seen.since
+            or session.read_at < read_by):
+        return None
+    return session
+
+
+def unchanged_since(seen: Seen, sessions: Mapping[str, SessionSeen], read_by: float = -math.inf) -> float:
+    """Since when a row seen as ``seen`` is unchanged (by its row or its session read at
+    ``read_by`` or later)."""
+    session = session_timer(seen, sessions, read_by)
+    return seen.since if session is None else session.since
 
 
 @dataclass(frozen=True)
@@ -86,6 +127,8 @@ class Snapshot:
     """The lease rows read this round (all of them, or the scoped few)."""
     seen: Mapping[str, Seen] = field(default_factory=dict)
     """Timers of the rows read (after :func:`observe`) and of the keys to take."""
+    sessions: Mapping[str, SessionSeen] = field(default_factory=dict)
+    """Session timers, by member."""
     held: AbstractSet[str] = frozenset()
     suspicions: Suspicions = Suspicions()
     plan: Assignment | None = None
@@ -107,19 +150,24 @@ class Observation:
 
 
 def observe(rows: Mapping[str, Lease], seen: Mapping[str, Seen], now: float, *,
-            partial: bool = False) -> Observation:
+            partial: bool = False, sessions: Mapping[str, SessionSeen] | None = None) -> Observation:
     """Restart the timer of each row whose (counter, owner) changed; a holder whose row
-    changed (not by a hand-off) is *active*. ``partial``: ``rows`` are some rows only (scoped
-    reads): timers of the others are kept (counters only grow, so an unchanged pair seen
-    again later means no write happened in between)."""
+    changed (not by a hand-off) is *active*, unless the row names the holder's session in
+    ``sessions`` read at ``now`` (then only its session row tells: scoped reads may see a
+    row's old change late). ``partial``: ``rows`` are some rows only (scoped reads): timers of the others are
+    kept (counters only grow, so an unchanged pair seen again later means no write happened
+    in between)."""
     changed: dict[str, Seen] = {}
     active: set[str] = set()
+    sessions = {m: s for m, s in (sessions or {}).items() if s.read_at >= now}  # read this round
     for key, lease in rows.items():
         old = seen.get(key)
         if old is None or old.counter != lease.counter or old.owner != lease.owner:
-            changed[key] = Seen(lease.counter, lease.owner, now)
+            changed[key] = Seen(lease.counter, lease.owner, now, lease.session)
             if old is not None and lease.owner is not None and lease.handed_off_by is None:
-                active.add(lease.owner)
+                timer = sessions.get(lease.owner)
+                if timer is None or lease.session != timer.token:
+                    active.add(lease.owner)
     gone = () if partial else tuple(k for k, s in seen.items() if k not in rows and s.counter is not None)
     return Observation(changed, gone, frozenset(active))
 
@@ -160,7 +208,8 @@ def suspect(snap: Snapshot, active: Iterable[str]) -> Suspicion:
             snap.rows[k].handed_off_by is not None and now - snap.seen[k].since >= timing.adopt_timeout
             for k in keys
         )
-        if unadopted or all(now - snap.seen[k].since >= timing.lease_duration for k in keys):
+        if unadopted or all(now - unchanged_since(snap.seen[k], snap.sessions, now) >= timing.lease_duration
+                            for k in keys):
             if member not in suspects:
                 counts[member] = counts.get(member, 0) + 1
                 probation.discard(member)
@@ -193,6 +242,8 @@ class Take:
     key: str
     kind: str
     lease: Lease | None
+    check: SessionCheck | None = None
+    """The holder's session as timed, when the take relies on it."""
 
 
 def adoptions(snap: Snapshot) -> list[Take]:
@@ -229,7 +280,8 @@ def takes(snap: Snapshot, keys: Iterable[str]) -> Takes:
             seen = timers[key] = Seen(None, None, now)
         lease = snap.rows.get(key)
         owners = plan.owners[key]
-        unchanged = now - seen.since
+        session = session_timer(seen, snap.sessions, now) if lease is not None and lease.owner != me else None
+        unchanged = now - (seen.since if session is None else session.since)
         if lease is not None and lease.owner == me:
             if lease.handed_off_by is None and unchanged >= timing.lease_duration:
                 out.append(Take(key, "takeovers", lease))  # left behind by an earlier run of this id
@@ -250,7 +302,9 @@ def takes(snap: Snapshot, keys: Iterable[str]) -> Takes:
             kind = "orphans_taken"
         else:
             continue
-        out.append(Take(key, "created" if lease is None and kind == "acquired" else kind, lease))
+        check = None if session is None or lease is None or lease.owner is None else SessionCheck(
+            lease.owner, session.token, session.counter)
+        out.append(Take(key, "created" if lease is None and kind == "acquired" else kind, lease, check))
     return Takes(timers, tuple(out))
 
 
@@ -289,7 +343,7 @@ def handoff_budget(snap: Snapshot) -> HandoffBudget:
         lease.owner
         for key, lease in snap.rows.items()
         if lease.owner is not None
-        and now - snap.seen[key].since
+        and now - unchanged_since(snap.seen[key], snap.sessions, now)
         >= (timing.adopt_timeout if lease.handed_off_by is not None else timing.lease_duration)
     )
     return HandoffBudget(
@@ -324,11 +378,12 @@ def handoff_overdue(snap: Snapshot, requested_at: float) -> bool:
 
 
 def next_expiry(seen: Mapping[str, Seen], held: AbstractSet[str], me: str, lease_duration: float,
-                after: float) -> float:
+                after: float, sessions: Mapping[str, SessionSeen] | None = None) -> float:
     """The first moment after ``after`` when a lease held by someone else expires unless
-    renewed (math.inf: none)."""
+    renewed, by its row or its session (math.inf: none)."""
+    sessions = sessions or {}
     due = [
-        s.since + lease_duration for key, s in seen.items()
+        unchanged_since(s, sessions) + lease_duration for key, s in seen.items()
         if s.owner not in (None, me) and key not in held
     ]
     return min((t for t in due if t > after), default=math.inf)

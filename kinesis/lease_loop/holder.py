@@ -7,16 +7,20 @@ the queue of leases found lost by a checkpoint, the event counters and the ``sto
 flag; each :class:`Held` lease has its own lock, taken around every write of it, so a
 renewal, a checkpoint and a hand-off of the same lease never race, while writes of
 different leases go out at once. A held lease is valid until ``lease_duration -
-tick_interval`` after this member *sent* its last successful write of it
-(:attr:`~kinesis.lease_loop.lease_timing.LeaseTiming.validity`): it stops before anyone
-else can see the lease expire.
+tick_interval`` (:attr:`~kinesis.lease_loop.lease_timing.LeaseTiming.validity`) after
+:meth:`LeaseHolder.stamp` taken when this member *sent* its last successful write of it: the
+send time, or the send time of the last session renewal completed by then if that is earlier
+(:mod:`~kinesis.lease_loop.session_rows`). So it stops before anyone else can see the lease
+expire, whether they time its row or its session.
 """
 
 from __future__ import annotations
 
 import functools
 import logging
+import math
 import threading
+import uuid
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -50,7 +54,6 @@ class Held:
     """One held lease: the row as last written, and until when it may be processed."""
 
     lease: Lease
-    sent_at: float
     valid_until: float
     lock: threading.Lock = field(default_factory=threading.Lock)
     handoff: Handoff | None = None
@@ -73,6 +76,11 @@ class LeaseHolder:
         self._held: dict[str, Held] = {}
         self._lost: list[Lease] = []  # lost by a checkpoint: the round tells the listener
         self._counters: Counter[str] = Counter(dict.fromkeys(COUNTER_NAMES, 0))
+        self.session = uuid.uuid4().hex
+        """This holder's session token (named by every lease it takes, creates or adopts)."""
+        self._session_counter: int | None = None  # the counter last written (None: not yet)
+        self._session_sent = -math.inf  # send time of the last session renewal that completed
+        self._session_lock = threading.Lock()
 
     # --- reads (any thread) -------------------------------------------------------------
 
@@ -144,11 +152,62 @@ class LeaseHolder:
         with self.lock:
             return dict(self._counters)
 
+    # --- the session ----------------------------------------------------------------------
+
+    @property
+    def tick_interval(self) -> float:
+        return self._timing.tick_interval
+
+    def stamp(self) -> float:
+        """What the validity of a write sent now counts from: now, or the send time of the
+        last completed session renewal if that is earlier."""
+        with self.lock:
+            return min(self._clock(), self._session_sent)
+
+    def has_session(self) -> bool:
+        """Whether a session renewal ever succeeded (nothing is taken before one)."""
+        with self.lock:
+            return self._session_sent > -math.inf
+
+    def renew_session(self, *, unless_newer_than: float | None = None) -> None:
+        """Renew the session row (the round thread, before lease writes); with
+        ``unless_newer_than``, only if the last renewal was sent longer ago than that. A
+        failure is logged and counted: validity then stops growing until one succeeds."""
+        with self._session_lock:  # one renewal at a time (the round, or a late checkpoint)
+            sent = self._clock()
+            with self.lock:
+                if unless_newer_than is not None and sent - self._session_sent < unless_newer_than:
+                    return
+                previous = self._session_counter
+            try:
+                row = self.table.renew_session(self._me, self.session, previous)
+            except KinesisHashRingError as exc:
+                self.count("renew_failures")
+                log.warning("%s: could not renew its session: %s", self._me, exc)
+                return
+            with self.lock:
+                if row.token != self.session:  # the row had gone: a new session under a new token
+                    log.warning("%s: its session row was deleted; new session %s", self._me, row.token)
+                    self.session = row.token
+                self._session_counter = row.counter
+                self._session_sent = max(self._session_sent, sent)
+
+    def end_session(self) -> None:
+        """Delete the session row, if one was written (a graceful stop; errors ignored: it
+        goes stale)."""
+        with self.lock:
+            if self._session_counter is None:
+                return
+        try:
+            self.table.delete_session(self._me, self.session)
+        except KinesisHashRingError as exc:
+            log.warning("%s: could not delete its session row: %s", self._me, exc)
+
     # --- the round thread -----------------------------------------------------------------
 
-    def add(self, key: str, lease: Lease, sent: float) -> Held:
-        """Hold ``lease``, written at ``sent`` (not started while stopping)."""
-        h = Held(lease, sent, sent + self._timing.validity)
+    def add(self, key: str, lease: Lease, stamp: float) -> Held:
+        """Hold ``lease``, written with :meth:`stamp` ``stamp`` (not started while stopping)."""
+        h = Held(lease, stamp + self._timing.validity)
         with self.lock:
             self._held[key] = h
             if self.stopping:  # handed to a leaving member: pass it on, do not process it
@@ -195,8 +254,9 @@ class LeaseHolder:
     # --- writes (round, writer and processing threads) ------------------------------------
 
     def renew_all(self, pool: WritePool, lost: Callable[[str, Held], None]) -> None:
-        """Renew every held lease at once on ``pool``; ``lost(key, h)`` for each one lost (not
-        yet forgotten), then re-raise the first unexpected error."""
+        """Renew the session, then every held lease at once on ``pool``; ``lost(key, h)`` for
+        each one lost (not yet forgotten), then re-raise the first unexpected error."""
+        self.renew_session()
         held = self.items()
         gone = pool.run([functools.partial(self.renew, key, h) for key, h in held])
         for (key, h), was_lost in zip(held, gone, strict=True):
@@ -209,17 +269,21 @@ class LeaseHolder:
         with h.lock:
             if h.gone:
                 return False
-            sent = self._clock()
-            if sent - h.sent_at < self._timing.tick_interval / 2:
-                return False  # written moments ago (a checkpoint): that was the renewal
+            stamp = self.stamp()
+            if not stamp + self._timing.validity - h.valid_until >= self._timing.tick_interval / 2:
+                # nothing to gain: written since the last session renewal, or none since
+                if self._clock() < h.valid_until:
+                    return False
+                log.error("%s: lease %s not renewed in time (no session renewal); dropping it", self._me, key)
+                h.gone = True
+                return True
             desired = h.handoff.target if h.handoff is not None else None
             try:
                 if desired == h.lease.pending_handoff:
                     h.lease = self.table.renew(h.lease)
                 else:
                     h.lease = self.table.renew(h.lease, pending_handoff=desired)
-                h.sent_at = sent
-                h.valid_until = sent + self._timing.validity
+                h.valid_until = stamp + self._timing.validity
                 self.count("renewals")
                 return False
             except LeaseLostError as exc:
@@ -253,7 +317,9 @@ class LeaseHolder:
         with held.lock:
             if held.gone:
                 raise LeaseLostError(f"{self._me} no longer holds lease {key!r}")
-            sent = self._clock()
+            if self._clock() >= held.valid_until:  # late: this write renews the session too
+                self.renew_session(unless_newer_than=self._timing.tick_interval / 2)
+            stamp = self.stamp()
             try:
                 new = write(held.lease)
             except LeaseLostError:
@@ -264,8 +330,7 @@ class LeaseHolder:
                         self._lost.append(held.lease)
                 raise
             held.lease = new
-            held.sent_at = sent
-            held.valid_until = sent + self._timing.validity
+            held.valid_until = stamp + self._timing.validity
             self.count(counter)
             return new
 

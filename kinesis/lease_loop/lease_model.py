@@ -3,7 +3,9 @@ re-exported here with its sentinels) map to DynamoDB attributes.
 
 One lease row per resource (e.g. per (consumer, stream, shard)); heartbeat rows of
 :class:`~kinesis.lease_loop.membership.DynamoDBMembership` live in the same table under the
-reserved key prefix ``__member__#`` (lease keys may not start with ``__``).
+reserved key prefix ``__member__#``, and each running member's session row (see
+:mod:`~kinesis.lease_loop.session_rows`) under ``__session__#`` (lease keys may not start
+with ``__``).
 
 Lease attributes (camelCase, KCL style):
 
@@ -28,7 +30,12 @@ Lease attributes (camelCase, KCL style):
                                     checkpoints; absent in rows that never had one); every
                                     checkpoint write removes it
 ``pendingCheckpointSubSequenceNumber`` N  its sub-sequence number
+``leaseSession``               S    the holder's session token, set by the holder's take,
+                                    create or adoption (absent in rows a 0.1 member took)
 ============================== ==== =====================================================
+
+A session row has ``leaseKey`` ``__session__#<member id>``, ``sessionToken`` (S, random per
+start of a coordinator) and ``leaseCounter`` (N, +1 on every renewal, never reset).
 """
 
 from __future__ import annotations
@@ -65,9 +72,13 @@ OWNER_SWITCHES = "ownerSwitchesSinceCheckpoint"
 WRITE_TOKEN = "writeToken"
 PENDING_CHECKPOINT = "pendingCheckpoint"
 PENDING_SUB_SEQUENCE = "pendingCheckpointSubSequenceNumber"
+SESSION = "leaseSession"
 
 MEMBER_PREFIX = "__member__#"
 """Key prefix of membership heartbeat rows."""
+SESSION_PREFIX = "__session__#"
+"""Key prefix of session rows (one per running member)."""
+SESSION_TOKEN = "sessionToken"
 RESERVED_PREFIX = "__"
 """Lease keys may not start with this: the table's internal rows use it."""
 MEMBER_ID = "memberId"
@@ -113,6 +124,8 @@ class Lease:
     write_token: str | None = field(default=None, repr=False, compare=False)
     pending_checkpoint: Checkpoint | None = None
     """A prepared checkpoint not committed yet (two-phase checkpoints), or None."""
+    session: str | None = field(default=None, repr=False, compare=False)
+    """The token of the session the owner took the lease under (None: time the row alone)."""
 
     @property
     def is_free(self) -> bool:
@@ -140,6 +153,34 @@ class MemberRow:
 
 
 @dataclass(frozen=True)
+class SessionRow:
+    """A member's session row: renewed once per tick, before that member's lease renewals."""
+
+    member_id: str
+    token: str
+    counter: int
+
+
+@dataclass(frozen=True)
+class SessionCheck:
+    """A take's proof that ``member_id``'s session is still (``token``, ``counter``)."""
+
+    member_id: str
+    token: str
+    counter: int
+
+    def condition_check(self, table_name: str) -> dict[str, Any]:
+        """The ``ConditionCheck`` item of a TransactWriteItems call."""
+        return {
+            "TableName": table_name,
+            "Key": {KEY: {"S": SESSION_PREFIX + self.member_id}},
+            "ConditionExpression": "#tok = :tok AND #c = :c",
+            "ExpressionAttributeNames": {"#tok": SESSION_TOKEN, "#c": COUNTER},
+            "ExpressionAttributeValues": {":tok": {"S": self.token}, ":c": {"N": str(self.counter)}},
+        }
+
+
+@dataclass(frozen=True)
 class TableSnapshot:
     """One consistent scan of the lease table."""
 
@@ -149,6 +190,8 @@ class TableSnapshot:
     """Rows that could not be parsed (key -> reason); they are reported and never written."""
     read_at: float
     """The reader's monotonic clock when the scan finished."""
+    sessions: Mapping[str, SessionRow] = field(default_factory=dict)
+    """Session rows by member id."""
 
 
 # --- DynamoDB item <-> model ------------------------------------------------------------
@@ -252,6 +295,7 @@ def lease_from_item(item: Mapping[str, Any]) -> Lease:
             owner_switches_since_checkpoint=_n(item, OWNER_SWITCHES, default=0),
             write_token=_s(item, WRITE_TOKEN, required=False),
             pending_checkpoint=_pending_from_item(item),
+            session=_s(item, SESSION, required=False),
         )
     except InvalidSequenceNumberError as exc:
         raise CorruptCheckpointError(str(key), str(exc)) from exc
@@ -273,6 +317,18 @@ def member_from_item(item: Mapping[str, Any]) -> MemberRow:
             incarnation=_s(item, INCARNATION) or "",
             started_at=_s(item, STARTED_AT, required=False),
         )
+    except ValueError as exc:
+        raise CorruptLeaseError(str(key), str(exc)) from None
+
+
+def session_from_item(item: Mapping[str, Any]) -> SessionRow:
+    """Parse a session row; raise :class:`CorruptLeaseError` naming what is wrong."""
+    key_attr = item.get(KEY, {})
+    key = key_attr.get("S", "?") if isinstance(key_attr, dict) else "?"
+    try:
+        if not isinstance(key, str) or not key.startswith(SESSION_PREFIX) or key == SESSION_PREFIX:
+            raise ValueError("not a session row key")
+        return SessionRow(key[len(SESSION_PREFIX):], _s(item, SESSION_TOKEN) or "", _n(item, COUNTER))
     except ValueError as exc:
         raise CorruptLeaseError(str(key), str(exc)) from None
 
@@ -313,4 +369,6 @@ def lease_to_item(lease: Lease) -> dict[str, Any]:
         item[WRITE_TOKEN] = {"S": lease.write_token}
     if lease.pending_checkpoint is not None:
         item.update(pending_checkpoint_attributes(lease.pending_checkpoint))
+    if lease.session is not None:
+        item[SESSION] = {"S": lease.session}
     return item

@@ -33,7 +33,7 @@ skipped by :meth:`scan`; no method ever writes a row it could not parse.
 
 This module holds the facade and the fenced lease writes; the table's parts are
 ``table_calls`` (retries, idempotent writes), ``table_setup``, ``table_reads``,
-``member_rows`` (heartbeat rows) and ``write_rules`` (what a write sets, on what
+``member_rows`` (heartbeat rows), ``session_rows`` and ``write_rules`` (what a write sets, on what
 condition, and what a failed one means: no I/O).
 """
 
@@ -53,10 +53,13 @@ from kinesis.lease_loop.lease_model import (
     Checkpoint,
     Lease,
     MemberRow,
+    SessionCheck,
+    SessionRow,
     TableSnapshot,
     check_lease_key,
 )
 from kinesis.lease_loop.member_rows import MemberRows
+from kinesis.lease_loop.session_rows import SessionRows
 from kinesis.lease_loop.table_calls import ConditionFailed, TableCalls
 from kinesis.lease_loop.table_reads import CorruptRows, TableReads
 from kinesis.lease_loop.table_setup import ensure_table
@@ -113,6 +116,7 @@ class LeaseTable:
         self._corrupt = CorruptRows()
         self._reads = TableReads(self, self._calls, self._corrupt)
         self._members = MemberRows(self._calls)
+        self._sessions = SessionRows(self._calls)
 
     @classmethod
     def open(cls, client: Any, table_name: str, **kwargs: Any) -> LeaseTable:
@@ -150,8 +154,16 @@ class LeaseTable:
         reported like :meth:`scan` does and left out. Eventually consistent by default: a
         stale row can only cost time, never safety, because every write is conditional on
         what it read."""
+        return self.read_rows(keys, (), consistent=consistent)[0]
+
+    def read_rows(self, keys: Iterable[str], members: Iterable[str], *, consistent: bool = False
+                  ) -> tuple[dict[str, Lease | None], dict[str, SessionRow | None]]:
+        """:meth:`get_many` of ``keys`` and, in the same requests, the session rows of
+        ``members`` (member -> its row, ``None`` without one)."""
         wanted = sorted({check_lease_key(k) for k in keys})
-        return self._reads.leases_of(wanted, self.get_items(wanted, consistent=consistent))
+        members = sorted(set(members))
+        items = self.get_items([*wanted, *(m.SESSION_PREFIX + member for member in members)], consistent=consistent)
+        return self._reads.leases_of(wanted, items), self._reads.sessions_of(members, items)
 
     def get_items(self, keys: Iterable[str], *, consistent: bool = False) -> dict[str, dict[str, Any]]:
         """The raw items of ``keys`` that exist (BatchGetItem, 100 keys a request, unprocessed
@@ -187,6 +199,16 @@ class LeaseTable:
         """Delete a heartbeat row if it still has ``incarnation`` (and ``heartbeat`` if given)."""
         return self._members.delete(member_id, incarnation=incarnation, heartbeat=heartbeat)
 
+    # --- session rows ----------------------------------------------------------------
+
+    def renew_session(self, member_id: str, token: str, previous: int | None) -> SessionRow:
+        """Renew member ``member_id``'s session (see :mod:`~kinesis.lease_loop.session_rows`)."""
+        return self._sessions.renew(member_id, token, previous)
+
+    def delete_session(self, member_id: str, token: str) -> bool:
+        """Delete ``member_id``'s session row if it still has ``token``."""
+        return self._sessions.delete(member_id, token)
+
     # --- lease writes ----------------------------------------------------------------
 
     def create_lease_if_absent(
@@ -196,13 +218,15 @@ class LeaseTable:
         parents: Iterable[str] = (),
         checkpoint: Checkpoint = TRIM_HORIZON,
         owner: str | None = None,
+        session: str | None = None,
     ) -> Lease | None:
-        """Create the row if no row has ``key``; ``owner`` takes it in the same write.
+        """Create the row if no row has ``key``; ``owner`` takes it in the same write (under
+        its ``session`` token, if given).
 
         Returns the created lease, or ``None`` if a row (possibly corrupt) already exists.
         """
         token = uuid.uuid4().hex
-        lease = new_lease(key, parents, checkpoint, owner, token)
+        lease = new_lease(key, parents, checkpoint, owner, token).evolve(session=session if owner else None)
         try:
             self._calls.write(
                 "put_item",
@@ -215,10 +239,13 @@ class LeaseTable:
             return None
         return lease
 
-    def take(self, lease: Lease, owner: str) -> Lease | None:
-        """Take ``lease`` (free, expired, orphaned, or from an earlier incarnation of ``owner``).
+    def take(self, lease: Lease, owner: str, *, session: str | None = None,
+             check: SessionCheck | None = None) -> Lease | None:
+        """Take ``lease`` (free, expired, orphaned, or from an earlier incarnation of ``owner``)
+        under ``owner``'s ``session`` token (None: none recorded).
 
-        Conditional on the owner and counter in ``lease``; returns ``None`` if the row moved.
+        Conditional on the owner and counter in ``lease`` and, with ``check``, on the holder's
+        session row (one transaction); returns ``None`` if the row or the session moved.
         """
         check_member(owner)
         token = uuid.uuid4().hex
@@ -226,23 +253,22 @@ class LeaseTable:
         if lease.owner is not None and lease.owner != owner:
             switches += 1
         condition, values = unchanged_since(lease)
+        set_ = {m.OWNER: {"S": owner}, m.COUNTER: num(lease.counter + 1), m.OWNER_SWITCHES: num(switches),
+                m.WRITE_TOKEN: {"S": token}}
+        remove = [m.PENDING_HANDOFF, m.HANDED_OFF_BY]
+        if session is not None:
+            set_[m.SESSION] = {"S": session}
+        else:
+            remove.append(m.SESSION)
         try:
-            item = self._calls.update(
-                lease.key,
-                set_={
-                    m.OWNER: {"S": owner},
-                    m.COUNTER: num(lease.counter + 1),
-                    m.OWNER_SWITCHES: num(switches),
-                    m.WRITE_TOKEN: {"S": token},
-                },
-                remove=(m.PENDING_HANDOFF, m.HANDED_OFF_BY),
-                condition=condition,
-                values=values,
-                token=token,
-            )
+            item = self._calls.update(lease.key, set_=set_, remove=remove, condition=condition, values=values,
+                                      token=token, check=None if check is None else check.condition_check(self.table_name))
         except ConditionFailed:
             return None
-        return m.lease_from_item(item)
+        if item:
+            return m.lease_from_item(item)
+        return lease.evolve(owner=owner, counter=lease.counter + 1, owner_switches_since_checkpoint=switches,
+                            write_token=token, pending_handoff=None, handed_off_by=None, session=session)
 
     def renew(self, lease: Lease, *, pending_handoff: str | None = _KEEP) -> Lease:
         """Bump the counter (heartbeat of the holder); optionally set/clear ``pendingHandoffTo``."""
@@ -255,8 +281,9 @@ class LeaseTable:
             set_[m.PENDING_HANDOFF] = {"S": pending_handoff}
         return self._fenced(lease, "renew", set_, remove)
 
-    def adopt(self, lease: Lease) -> Lease:
-        """Accept a lease handed off to ``lease.owner``: renew from the counter observed.
+    def adopt(self, lease: Lease, *, session: str | None = None) -> Lease:
+        """Accept a lease handed off to ``lease.owner`` (under its ``session`` token, if given):
+        renew from the counter observed.
 
         The new owner did not write that counter; the hand-off write did. Renewing from it
         is what makes the lease this process's (and clears ``handedOffBy``).
@@ -265,7 +292,9 @@ class LeaseTable:
             raise LeaseLostError(
                 f"lease {lease.key!r} was not handed off to {lease.owner!r}: take it instead"
             )
-        return self._fenced(lease, "adopt", {}, [m.HANDED_OFF_BY])
+        if session is None:
+            return self._fenced(lease, "adopt", {}, [m.HANDED_OFF_BY, m.SESSION])
+        return self._fenced(lease, "adopt", {m.SESSION: {"S": session}}, [m.HANDED_OFF_BY])
 
     def handoff(self, lease: Lease, to: str) -> Lease:
         """Pass the lease to ``to`` in one write, keeping the checkpoint; ``to`` adopts it at once."""
@@ -274,11 +303,11 @@ class LeaseTable:
             raise ConfigurationError(f"cannot hand lease {lease.key!r} off to its own owner {to!r}")
         switches = lease.owner_switches_since_checkpoint + 1
         set_ = {m.OWNER: {"S": to}, m.HANDED_OFF_BY: {"S": lease.owner or ""}, m.OWNER_SWITCHES: num(switches)}
-        return self._fenced(lease, "hand off", set_, [m.PENDING_HANDOFF])
+        return self._fenced(lease, "hand off", set_, [m.PENDING_HANDOFF, m.SESSION])
 
     def release(self, lease: Lease) -> Lease:
         """Give the lease up (evict): the row stays with its checkpoint and no owner."""
-        return self._fenced(lease, "release", {}, [m.OWNER, m.PENDING_HANDOFF, m.HANDED_OFF_BY])
+        return self._fenced(lease, "release", {}, [m.OWNER, m.PENDING_HANDOFF, m.HANDED_OFF_BY, m.SESSION])
 
     evict = release
     """KCL's name for :meth:`release`."""

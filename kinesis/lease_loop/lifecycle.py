@@ -95,6 +95,8 @@ class Lifecycle:
             self._pool.shutdown()
         if left:
             (log.warning if graceful else log.info)("%s stopped with leases left to expire: %s", self._me, left)
+        elif graceful:  # nothing left to time by it (leases left expire faster with it)
+            self._holder.end_session()
         self._stop_result = graceful and not left
         self._stop_done.set()
         return self._stop_result

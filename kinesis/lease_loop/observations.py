@@ -1,6 +1,7 @@
 """``Observations``: what one member has seen of the lease table, from round to round.
 
-The expiry timer of each row (:class:`~kinesis.lease_loop.decisions.Seen`), whom it
+The expiry timer of each row (:class:`~kinesis.lease_loop.decisions.Seen`) and of each
+member's session (:class:`~kinesis.lease_loop.decisions.SessionSeen`), whom it
 suspects, the membership version those suspicions were made under, and the expiry moments
 already scheduled a round. The round updates
 them from :mod:`~kinesis.lease_loop.decisions` and logs who changed; only the round (under
@@ -14,11 +15,12 @@ import logging
 import math
 from collections.abc import Iterable, Mapping
 from collections.abc import Set as AbstractSet
+from dataclasses import replace
 from itertools import chain
 
 from kinesis.lease_loop import decisions
-from kinesis.lease_loop.decisions import Seen, Snapshot, Suspicions
-from kinesis.lease_loop.lease_model import Lease
+from kinesis.lease_loop.decisions import Seen, SessionSeen, Snapshot, Suspicions
+from kinesis.lease_loop.lease_model import Lease, SessionRow
 
 log = logging.getLogger("kinesis.lease_loop.coordinator")  # the lease loop logs as the coordinator
 
@@ -28,19 +30,44 @@ class Observations:
 
     def __init__(self, member_id: str):
         self.seen: dict[str, Seen] = {}
+        self.sessions: dict[str, SessionSeen] = {}
         self.suspicions = Suspicions()
         self.suspect_ids: tuple[str, ...] = ()
         self._me = member_id
         self._version: object = None
         self._expiry_served = -math.inf  # the last expiry moment a round was scheduled for
 
-    def observe(self, rows: Mapping[str, Lease], now: float, *, partial: bool = False) -> frozenset[str]:
-        """Update the timers from the rows read; the members seen writing."""
-        seen = decisions.observe(rows, self.seen, now, partial=partial)
+    def observe(self, rows: Mapping[str, Lease], now: float, *, partial: bool = False,
+                by_session: bool = False) -> frozenset[str]:
+        """Update the timers from the rows read; the members seen writing (``by_session``: a
+        row naming its holder's known session is no news: the session row tells)."""
+        seen = decisions.observe(rows, self.seen, now, partial=partial,
+                                 sessions=self.sessions if by_session else None)
         self.seen.update(seen.changed)
         for key in seen.gone:
             del self.seen[key]
         return seen.active
+
+    def observe_sessions(self, rows: Mapping[str, SessionRow | None], now: float, *,
+                         partial: bool = True) -> frozenset[str]:
+        """Update the session timers from the session rows read (member -> row, None: no
+        row); the members whose session changed since last seen. ``partial``: the others
+        are kept (a scan passes every row and ``partial=False``)."""
+        active: set[str] = set()
+        for member, row in rows.items():
+            old = self.sessions.get(member)
+            if row is None:
+                self.sessions.pop(member, None)
+            elif old is None or (old.token, old.counter) != (row.token, row.counter):
+                self.sessions[member] = SessionSeen(row.token, row.counter, now, now)
+                if old is not None:
+                    active.add(member)
+            else:
+                self.sessions[member] = replace(old, read_at=now)
+        if not partial:
+            for member in [m for m in self.sessions if m not in rows]:
+                del self.sessions[member]
+        return frozenset(active)
 
     def timers(self, rows: Mapping[str, Lease], keys: Iterable[str]) -> dict[str, Seen]:
         """A copy of the timers a round's decisions may look at (the rows read, the keys to take)."""
@@ -60,7 +87,8 @@ class Observations:
     def next_expiry(self, held: AbstractSet[str], lease_duration: float, now: float) -> float:
         """The next moment (after ``now`` and after the last one returned) when a lease held by
         someone else expires unless renewed; math.inf if none. Each moment is returned once."""
-        due = decisions.next_expiry(self.seen, held, self._me, lease_duration, max(now, self._expiry_served))
+        due = decisions.next_expiry(self.seen, held, self._me, lease_duration, max(now, self._expiry_served),
+                                    self.sessions)
         if due != math.inf:
             self._expiry_served = due  # scheduled now: never again
         return due

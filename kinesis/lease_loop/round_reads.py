@@ -83,6 +83,7 @@ class RoundReads:
         self._record.table_read()
         self._members.observe(snapshot)
         now = self._clock()
+        self._obs.observe_sessions(snapshot.sessions, now, partial=False)  # timers only: rows tell who writes
         active = self._obs.observe(snapshot.leases, now)
         listed = self._read_members()
         if listed is None:
@@ -112,17 +113,16 @@ class RoundReads:
         self.last_plan = plan
         held = self._holder.keys()
         timing = self._s.timing
-        wanted, samples = self._scoped.rows_to_read(  # samples: holder -> its one backup row read
+        wanted, watched = self._scoped.rows_to_read(  # watched: members whose session row is read
             plan, held, keys, now, full=full, interval=self._s.backup_check_interval,
             tick_interval=timing.tick_interval, lease_duration=timing.lease_duration)
-        rows = self._holder.table.get_many(wanted) if wanted else {}
-        if rows or held:
+        rows, sessions = self._holder.table.read_rows(wanted, watched) if wanted or watched else ({}, {})
+        if rows or sessions or held:
             self._record.table_read()
-        seen = {k: (s.counter, s.owner, s.since) for k in samples.values()
-                if (s := self._obs.seen.get(k)) is not None}
-        self._scoped.judge(samples, rows, seen, now, timing.tick_interval)
+        self._scoped.judge(sessions, self._obs.sessions, now, timing.tick_interval)
         found = {k: v for k, v in rows.items() if v is not None}
-        active = self._obs.observe(found, now, partial=True)
+        active = self._obs.observe_sessions(sessions, now)  # rows read late are no news of their holder
+        active |= self._obs.observe(found, now, partial=True, by_session=True)
         self._scoped.alive(active)
         to_take = sorted(wanted)
         snap = self._snapshot(now, found, to_take)
@@ -143,7 +143,8 @@ class RoundReads:
 
     def _snapshot(self, now: float, rows: Mapping[str, Lease], to_take: Sequence[str]) -> Snapshot:
         return Snapshot(now=now, me=self._me, timing=self._s.timing, rows=rows,
-                        seen=self._obs.timers(rows, to_take), held=self._holder.keys(),
+                        seen=self._obs.timers(rows, to_take), sessions=dict(self._obs.sessions),
+                        held=self._holder.keys(),
                         suspicions=self._obs.suspicions, max_concurrent_handoffs=self._s.max_concurrent_handoffs)
 
     def _view(self, snap: Snapshot, plan: Assignment | None, keys: list[str], to_take: Sequence[str],

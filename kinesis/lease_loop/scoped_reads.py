@@ -16,15 +16,17 @@ into the set of lease rows to read this round, and judges the sample rows it rea
 
 * rows planned for this member and not held, every round (hand-offs offered to it, free or
   expiring leases it should take);
-* every ``backup_check_interval``, one *sample* row of each member it watches (the holders it
-  backs up: with successor backups, its ``replicas`` predecessors in the sorted member list);
-  a holder whose sample did not change for a tick (or no longer holds it) is *stalled*, and
-  from then on all its rows backed up here are read every round, so their expiry is timed;
-  any change seen in one of its rows ends that.
+* every ``backup_check_interval``, the *session row* of each member it watches (the holders
+  it backs up: with successor backups, its ``replicas`` predecessors in the sorted member
+  list); a holder whose session did not change for a tick (or has none) is *stalled*, and
+  from then on its session and all its rows backed up here are read every round; their
+  expiry is timed from the first sight of its last session renewal (a lease naming that
+  session is as old as the session: :func:`~kinesis.lease_loop.decisions.session_timer`);
+  any change of its session or of one of its rows ends that.
 
 It also keeps the mode's timing: when backups are checked (every tick while a new plan
 settles) and when this member sweeps (scans) the table. The coordinator does the reading
-(``LeaseTable.get_many``) and acts on the rows.
+(``LeaseTable.read_rows``) and acts on the rows.
 """
 
 from __future__ import annotations
@@ -34,7 +36,8 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 
 from hashring import Assignment, chore_owners, watched_by_successors
-from kinesis.lease_loop.lease_model import Lease
+from kinesis.lease_loop.decisions import SessionSeen
+from kinesis.lease_loop.lease_model import SessionRow
 
 SWEEP_CHORE = "sweep"
 """The reserved ring key whose two owners sweep the table (rendezvous over the members)."""
@@ -90,55 +93,52 @@ class ScopedReads:
             self._index = (plan, index)
         return self._index[1]
 
-    def to_read(self, plan: Assignment, held: Iterable[str], *, check_backups: bool) -> tuple[set[str], dict[str, str]]:
-        """(rows to read, holder -> its sample row) for this round."""
+    def to_read(self, plan: Assignment, held: Iterable[str], *, check_backups: bool) -> tuple[set[str], set[str]]:
+        """(rows to read, members whose session row to read) for this round."""
         index = self.index(plan)
         held = set(held)
         wanted = {k for k in index.primary if k not in held}
-        samples: dict[str, str] = {}
+        sessions: set[str] = set()
         for holder, backed in index.backed_up.items():
             if holder in self.stalled:  # every round, so their expiry is seen when it comes
                 wanted.update(k for k in backed if k not in held)
+                sessions.add(holder)
             elif check_backups:
-                samples[holder] = backed[0]
-        wanted.update(k for k in samples.values() if k not in held)
-        return wanted, samples
+                sessions.add(holder)
+        return wanted, sessions
 
     def rows_to_read(self, plan: Assignment | None, held: Iterable[str], keys: list[str], now: float, *,
                      full: bool, interval: float, tick_interval: float, lease_duration: float
-                     ) -> tuple[set[str], dict[str, str]]:
-        """This round's (rows to read, holder -> its sample row): :meth:`to_read`, sampling
-        the watched members when :meth:`backups_due`; on a tick with nothing to read and
-        nothing held, the first key (one cheap read: proof the table is reachable)."""
+                     ) -> tuple[set[str], set[str]]:
+        """This round's (rows to read, sessions to read): :meth:`to_read`, sampling the
+        watched members when :meth:`backups_due`; on a tick with nothing to read and nothing
+        held, the first key (one cheap read: proof the table is reachable)."""
         held = set(held)
         wanted: set[str] = set()
-        samples: dict[str, str] = {}
+        sessions: set[str] = set()
         if plan is not None:
             due = self.backups_due(now, interval=interval, tick_interval=tick_interval,
                                    lease_duration=lease_duration)
-            wanted, samples = self.to_read(plan, held, check_backups=due)
-        if not wanted and full and keys and not held:
+            wanted, sessions = self.to_read(plan, held, check_backups=due)
+        if not wanted and not sessions and full and keys and not held:
             wanted = {keys[0]}
-        return wanted, samples
+        return wanted, sessions
 
     def judge(
         self,
-        samples: Mapping[str, str],
-        rows: Mapping[str, Lease | None],
-        seen: Mapping[str, tuple[int | None, str | None, float]],
+        sessions: Mapping[str, SessionRow | None],
+        seen: Mapping[str, SessionSeen],
         now: float,
         tick_interval: float,
     ) -> None:
-        """Mark holders stalled or not from their sample rows; ``seen`` is the previous
-        observation of each row: (counter, owner, since when that pair has been seen)."""
-        for holder, key in samples.items():
-            lease = rows.get(key)
-            if lease is None or lease.owner != holder:
+        """Mark the holders whose session rows were read stalled or not; ``seen`` is the
+        previous observation of each session (token, counter, since when)."""
+        for holder, row in sessions.items():
+            previous = seen.get(holder)
+            if row is None:
                 self.stalled.add(holder)
-                continue
-            previous = seen.get(key)
-            if previous is not None and previous[:2] == (lease.counter, lease.owner):
-                if now - previous[2] >= tick_interval:
+            elif previous is not None and (previous.token, previous.counter) == (row.token, row.counter):
+                if now - previous.since >= tick_interval:
                     self.stalled.add(holder)
             else:
                 self.stalled.discard(holder)

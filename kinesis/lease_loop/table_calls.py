@@ -136,20 +136,32 @@ class TableCalls:
         condition: str,
         values: Mapping[str, Any],
         token: str,
+        check: Mapping[str, Any] | None = None,
     ) -> dict[str, Any]:
-        """A conditional UpdateItem of row ``key`` (SET ``set_``, REMOVE ``remove``)."""
+        """A conditional UpdateItem of row ``key`` (SET ``set_``, REMOVE ``remove``): the new
+        row. With ``check`` (a ``ConditionCheck`` item), the update goes in one
+        TransactWriteItems call with it and returns ``{}``; either condition failing (or
+        another transaction on the same rows, or an earlier attempt of this one, being in
+        progress) raises :class:`ConditionFailed` unless the row carries ``token``."""
         expr, names = update_expression(set_, remove, condition)
-        vals = {**values, **{f":s{i}": value for i, value in enumerate(set_.values())}}
-        return self.write(
-            "update_item",
-            token,
-            Key={m.KEY: {"S": key}},
-            UpdateExpression=expr,
-            ConditionExpression=condition,
-            ExpressionAttributeNames=names,
-            ExpressionAttributeValues=vals,
-            ReturnValues="ALL_NEW",
-        )
+        request = {
+            "Key": {m.KEY: {"S": key}}, "UpdateExpression": expr, "ConditionExpression": condition,
+            "ExpressionAttributeNames": names,
+            "ExpressionAttributeValues": {**values, **{f":s{i}": v for i, v in enumerate(set_.values())}},
+        }
+        if check is None:
+            return self.write("update_item", token, **request, ReturnValues="ALL_NEW")
+        s = self.settings
+        items = [{"ConditionCheck": dict(check)}, {"Update": {"TableName": s.table_name, **request}}]
+        try:
+            self.retrying(lambda: s.client.transact_write_items(TransactItems=items, ClientRequestToken=token))
+        except botocore.exceptions.ClientError as exc:
+            if error_code(exc) not in ("TransactionCanceledException", "TransactionInProgressException"):
+                raise
+            current = self.get_item(key)
+            if current is None or current.get(m.WRITE_TOKEN, {}).get("S") != token:
+                raise ConditionFailed(current) from None
+        return {}  # applied (by this attempt or an earlier one)
 
     def get_item(self, key: str) -> dict[str, Any] | None:
         """The row ``key`` (consistent read), ``None`` if absent."""

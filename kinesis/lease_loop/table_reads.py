@@ -13,7 +13,7 @@ from typing import Any, Protocol
 from kinesis.errors import CorruptLeaseError, LeaseTableUnavailableError
 from kinesis.lease_loop import lease_model as m
 from kinesis.lease_loop.clock import Clock
-from kinesis.lease_loop.lease_model import Lease, MemberRow, TableSnapshot
+from kinesis.lease_loop.lease_model import Lease, MemberRow, SessionRow, TableSnapshot
 from kinesis.lease_loop.table_calls import TableCalls, TableSettings, log
 
 BATCH_GET_KEYS = 100
@@ -46,11 +46,13 @@ class CorruptRows:
 
 def sort_rows(
     items: Iterable[Mapping[str, Any]],
-) -> tuple[dict[str, Lease], dict[str, MemberRow], list[CorruptLeaseError]]:
-    """Parse scanned items into leases (by key), heartbeat rows (by member id) and the
-    errors of the rows that cannot be parsed; reserved rows are left out."""
+) -> tuple[dict[str, Lease], dict[str, MemberRow], list[CorruptLeaseError], dict[str, SessionRow]]:
+    """Parse scanned items into leases (by key), heartbeat rows (by member id), the errors of
+    the rows that cannot be parsed, and session rows (by member id); other reserved rows are
+    left out."""
     leases: dict[str, Lease] = {}
     members: dict[str, MemberRow] = {}
+    sessions: dict[str, SessionRow] = {}
     corrupt: list[CorruptLeaseError] = []
     for item in items:
         key = item.get(m.KEY, {}).get("S", "")
@@ -58,13 +60,16 @@ def sort_rows(
             if key.startswith(m.MEMBER_PREFIX):
                 row = m.member_from_item(item)
                 members[row.member_id] = row
+            elif key.startswith(m.SESSION_PREFIX):
+                session = m.session_from_item(item)
+                sessions[session.member_id] = session
             elif key.startswith(m.RESERVED_PREFIX):
                 continue  # reserved for future internal rows
             else:
                 leases[key] = m.lease_from_item(item)
         except CorruptLeaseError as exc:
             corrupt.append(exc)
-    return leases, members, corrupt
+    return leases, members, corrupt, sessions
 
 
 class TableReads:
@@ -79,15 +84,17 @@ class TableReads:
         """Every row, page by page: leases, heartbeat rows and corrupt rows."""
         leases: dict[str, Lease] = {}
         members: dict[str, MemberRow] = {}
+        sessions: dict[str, SessionRow] = {}
         corrupt: dict[str, str] = {}
         kwargs: dict[str, Any] = {"TableName": self.settings.table_name, "ConsistentRead": consistent}
         if page_size is not None:
             kwargs["Limit"] = page_size
         while True:
             page = self.calls.retrying(lambda: self.settings.client.scan(**kwargs))
-            page_leases, page_members, errors = sort_rows(page.get("Items", []))
+            page_leases, page_members, errors, page_sessions = sort_rows(page.get("Items", []))
             leases.update(page_leases)
             members.update(page_members)
+            sessions.update(page_sessions)
             for exc in errors:
                 corrupt[exc.key] = exc.reason
                 self.corrupt.report(exc)
@@ -95,17 +102,32 @@ class TableReads:
             if not last:
                 break
             kwargs["ExclusiveStartKey"] = last
-        return TableSnapshot(leases, members, corrupt, self.settings.clock())
+        return TableSnapshot(leases, members, corrupt, self.settings.clock(), sessions)
 
     def leases_of(self, wanted: Iterable[str], items: Mapping[str, Mapping[str, Any]]) -> dict[str, Lease | None]:
         """Key -> lease for every ``wanted`` key (``None`` without a row); corrupt rows are
         reported and left out."""
         found: dict[str, Lease | None] = dict.fromkeys(wanted)
-        for key, item in items.items():
+        for key in list(found):
+            if (item := items.get(key)) is None:
+                continue
             try:
                 found[key] = m.lease_from_item(item)
             except CorruptLeaseError as exc:
                 found.pop(key, None)
+                self.corrupt.report(exc)
+        return found
+
+    def sessions_of(self, members: Iterable[str], items: Mapping[str, Mapping[str, Any]]
+                    ) -> dict[str, SessionRow | None]:
+        """Member -> its session row (``None`` without one, or corrupt: reported)."""
+        found: dict[str, SessionRow | None] = {}
+        for member in members:
+            item = items.get(m.SESSION_PREFIX + member)
+            try:
+                found[member] = None if item is None else m.session_from_item(item)
+            except CorruptLeaseError as exc:
+                found[member] = None
                 self.corrupt.report(exc)
         return found
 

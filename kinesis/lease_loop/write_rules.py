@@ -27,6 +27,7 @@ CONDITION_NAMES = {
     "#ord": m.CHECKPOINT_ORDER,
     "#inc": m.INCARNATION,
     "#hb": m.HEARTBEAT,
+    "#tok": m.SESSION_TOKEN,
 }
 """The attribute behind each ``#name`` placeholder a write condition may use."""
 

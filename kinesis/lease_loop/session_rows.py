@@ -1,0 +1,87 @@
+"""Session rows: one per running member, renewed once per tick before its lease renewals.
+
+A coordinator starts a session with a fresh random token: its first renewal overwrites any
+session row of its member id (an earlier run), later ones are conditional on the token and
+the counter written last. Every lease the member takes, creates or adopts names the token
+(``leaseSession``). A member that watches another times *all* of that member's leases from
+this one row: once the session's (token, counter) has not changed for ``lease_duration`` on
+the watcher's clock, it may take them, each in a transaction whose ``ConditionCheck``
+(:class:`~kinesis.lease_loop.lease_model.SessionCheck`) proves the counter is still the one it timed, so no renewal came in
+between. The holder processes a lease only until ``validity`` after the send time of its
+last session renewal that completed before its last write of that lease
+(:class:`~kinesis.lease_loop.holder.LeaseHolder`): it stops before any watcher may take.
+A lease whose ``leaseSession`` is absent (taken by a 0.1 member) or is not its owner's
+current token is timed by its own row, as before.
+"""
+
+from __future__ import annotations
+
+import uuid
+
+from kinesis.errors import DuplicateMemberIdError
+from kinesis.lease_loop import lease_model as m
+from kinesis.lease_loop.lease_model import SessionRow
+from kinesis.lease_loop.table_calls import ConditionFailed, TableCalls
+from kinesis.lease_loop.write_rules import check_member, num
+
+
+class SessionRows:
+    """Session rows written and deleted through ``calls``."""
+
+    def __init__(self, calls: TableCalls):
+        self.calls = calls
+
+    def renew(self, member_id: str, token: str, previous: int | None) -> SessionRow:
+        """Renew ``member_id``'s session ``token``; ``previous`` is the counter it last wrote
+        (None: the first renewal of this token, which replaces any earlier session). If the
+        row was deleted meanwhile, a new session starts under a new token (the row returned
+        names it), so a (token, counter) pair a watcher timed never comes back.
+
+        Raises :class:`DuplicateMemberIdError` if another process renews the same member id.
+        """
+        check_member(member_id)
+        key = m.SESSION_PREFIX + member_id
+        s = self.calls.settings
+        if previous is None:
+            response = self.calls.retrying(lambda: s.client.update_item(
+                TableName=s.table_name,
+                Key={m.KEY: {"S": key}},
+                UpdateExpression="SET #tok = :tok ADD #c :one",
+                ExpressionAttributeNames={"#tok": m.SESSION_TOKEN, "#c": m.COUNTER},
+                ExpressionAttributeValues={":tok": {"S": token}, ":one": num(1)},
+                ReturnValues="ALL_NEW",
+            ))
+            return m.session_from_item(response["Attributes"])
+        try:
+            item = self.calls.update(
+                key, set_={m.COUNTER: num(previous + 1)}, condition="#tok = :tok AND #c = :c",
+                values={":tok": {"S": token}, ":c": num(previous)}, token="",
+            )
+        except ConditionFailed as failed:
+            current = failed.current
+            if current is None:  # deleted meanwhile: start a new session (a token never comes back)
+                return self.renew(member_id, uuid.uuid4().hex, None)
+            other = current.get(m.SESSION_TOKEN, {}).get("S")
+            if other == token and current.get(m.COUNTER, {}).get("N") == str(previous + 1):
+                return m.session_from_item(current)  # a retried write that had succeeded
+            raise DuplicateMemberIdError(
+                f"member id {member_id!r} has a session in another process (token {other}, this "
+                f"one {token}): give every member a unique id (e.g. the pod name); this process "
+                "stops renewing its leases"
+            ) from None
+        return m.session_from_item(item)
+
+    def delete(self, member_id: str, token: str) -> bool:
+        """Delete ``member_id``'s session row if it still has ``token`` (a graceful stop)."""
+        try:
+            self.calls.write(
+                "delete_item",
+                None,
+                Key={m.KEY: {"S": m.SESSION_PREFIX + member_id}},
+                ConditionExpression="#tok = :tok",
+                ExpressionAttributeNames={"#tok": m.SESSION_TOKEN},
+                ExpressionAttributeValues={":tok": {"S": token}},
+            )
+        except ConditionFailed:
+            return False
+        return True

@@ -1,0 +1,160 @@
+"""Session rows: the holder renews one per tick, its leases name it, a watcher times them all
+by it and takes each in a transaction that checks it. boto3 -> moto over HTTP, FakeClock."""
+
+from __future__ import annotations
+
+import pytest
+
+from kinesis.errors import DuplicateMemberIdError, LeaseTableUnavailableError
+from kinesis.lease_loop import lease_model as m
+from kinesis.lease_loop.acquisitions import Acquisitions
+from kinesis.lease_loop.clock import FakeClock
+from kinesis.lease_loop.decisions import Seen, SessionSeen, Take, session_timer
+from kinesis.lease_loop.holder import LeaseHolder
+from kinesis.lease_loop.lease_listener import GuardedListener, NullListener
+from kinesis.lease_loop.lease_model import SessionCheck, SessionRow
+from kinesis.lease_loop.lease_timing import LeaseTiming
+from kinesis.lease_loop.leases import LeaseTable
+from kinesis.lease_loop.write_pool import WritePool
+from kinesis.testing import LocalAWS
+
+TIMING = LeaseTiming.of(9.0, tick_interval=3.0)  # validity 6 s
+
+
+@pytest.fixture
+def table(aws: LocalAWS) -> LeaseTable:
+    return LeaseTable.open(aws.client("dynamodb"), "sessions-test")
+
+
+def test_a_session_is_renewed_under_its_token_and_a_second_process_is_named(table: LeaseTable) -> None:
+    first = table.renew_session("a", "t1", None)
+    assert first == SessionRow("a", "t1", 1)
+    assert table.renew_session("a", "t1", 1) == SessionRow("a", "t1", 2)
+    restarted = table.renew_session("a", "t2", None)  # a new run of member a replaces it
+    assert restarted == SessionRow("a", "t2", 3)  # the counter never goes back
+    with pytest.raises(DuplicateMemberIdError, match="unique id"):
+        table.renew_session("a", "t1", 2)
+    assert table.delete_session("a", "t1") is False  # not its session any more
+    assert table.read_rows([], ["a", "b"]) == ({}, {"a": SessionRow("a", "t2", 3), "b": None})
+    assert table.delete_session("a", "t2") is True
+    again = table.renew_session("a", "t2", 3)  # deleted meanwhile: a new session, never (t2, 1) again
+    assert again.token != "t2" and again.counter == 1
+
+
+def test_a_scan_sorts_session_rows_out_of_the_leases(table: LeaseTable) -> None:
+    table.renew_session("a", "t1", None)
+    lease = table.create_lease_if_absent("k", owner="a", session="t1")
+    assert lease is not None and lease.session == "t1"
+    snapshot = table.scan()
+    assert set(snapshot.leases) == {"k"} and snapshot.corrupt == {}
+    assert snapshot.sessions == {"a": SessionRow("a", "t1", 1)}
+    assert snapshot.leases["k"].session == "t1"
+
+
+def test_a_take_checked_against_the_session_fails_once_the_session_was_renewed(table: LeaseTable) -> None:
+    table.renew_session("x", "tx", None)
+    lease = table.create_lease_if_absent("k", owner="x", session="tx")
+    assert lease is not None
+    timed = SessionCheck("x", "tx", 1)
+    table.renew_session("x", "tx", 1)  # x renewed after the watcher timed it: x is alive
+    assert table.take(lease, "b", session="tb", check=timed) is None
+    row = table.get("k")
+    assert row is not None and row.owner == "x" and row.session == "tx"
+    taken = table.take(lease, "b", session="tb", check=SessionCheck("x", "tx", 2))
+    assert taken is not None and taken.owner == "b" and taken.counter == lease.counter + 1
+    row = table.get("k")
+    assert row is not None and (row.owner, row.counter, row.session) == ("b", taken.counter, "tb")
+    assert row.write_token == taken.write_token
+
+
+def test_writes_that_change_the_owner_set_or_remove_the_session(table: LeaseTable) -> None:
+    lease = table.create_lease_if_absent("k", owner="a", session="ta")
+    assert lease is not None
+    offered = table.handoff(lease, "b")
+    assert table.get("k").session is None  # type: ignore[union-attr]
+    adopted = table.adopt(offered, session="tb")
+    assert table.get("k").session == "tb"  # type: ignore[union-attr]
+    table.release(adopted)
+    assert table.get("k").session is None  # type: ignore[union-attr]
+    free = table.get("k")
+    assert free is not None
+    table.take(free, "c")  # a take without a session leaves none behind
+    assert table.get("k").session is None  # type: ignore[union-attr]
+    assert m.SESSION not in table.get_items(["k"])["k"]
+
+
+def test_a_row_a_0_1_member_took_keeps_a_token_that_never_times_it(table: LeaseTable) -> None:
+    # a 0.1 member's take sets owner and counter and leaves leaseSession as it was
+    table.renew_session("a", "ta", None)
+    lease = table.create_lease_if_absent("k", owner="a", session="ta")
+    assert lease is not None
+    table.client.update_item(
+        TableName=table.table_name, Key={m.KEY: {"S": "k"}},
+        UpdateExpression="SET #o = :o, #c = :c", ConditionExpression="#c = :old",
+        ExpressionAttributeNames={"#o": m.OWNER, "#c": m.COUNTER},
+        ExpressionAttributeValues={":o": {"S": "old"}, ":c": {"N": "2"}, ":old": {"N": "1"}})
+    snapshot = table.scan()
+    row = snapshot.leases["k"]
+    assert (row.owner, row.session) == ("old", "ta")
+    seen = Seen(row.counter, row.owner, 0.0, row.session)
+    sessions = {member: SessionSeen(r.token, r.counter, 0.0, 100.0) for member, r in snapshot.sessions.items()}
+    assert "old" not in sessions and session_timer(seen, sessions, 100.0) is None  # its row's own timer
+
+
+class FlakySessions(LeaseTable):
+    """A table whose session renewals fail while ``down``."""
+
+    down = False
+
+    def renew_session(self, member_id: str, token: str, previous: int | None) -> SessionRow:
+        if self.down:
+            raise LeaseTableUnavailableError("throttled")
+        return super().renew_session(member_id, token, previous)
+
+
+def test_a_lease_is_valid_from_the_last_session_renewal_and_stops_growing_without_one(aws: LocalAWS) -> None:
+    clock = FakeClock(100.0)
+    table = FlakySessions.open(aws.client("dynamodb"), "sessions-flaky")
+    holder = LeaseHolder(table, "a", TIMING, clock)
+    pool = WritePool(2, "a")
+    try:
+        holder.renew_session()
+        clock.advance(2.0)
+        lease = table.create_lease_if_absent("k", owner="a", session=holder.session)
+        assert lease is not None
+        h = holder.add("k", lease, holder.stamp())
+        assert h.valid_until == 100.0 + TIMING.validity  # from the session renewal, not from the take
+        clock.advance(1.0)
+        holder.renew_all(pool, lambda key, held: None)  # a tick: session, then the lease
+        assert h.valid_until == 103.0 + TIMING.validity
+        table.down = True
+        clock.advance(3.0)
+        holder.renew_all(pool, lambda key, held: None)
+        assert h.valid_until == 103.0 + TIMING.validity  # no session renewal: no gain from the row's
+        assert table.get("k").counter == lease.counter + 1  # type: ignore[union-attr]
+        clock.advance(3.0)
+        assert not holder.holds("k")  # 109 >= 103 + 6: stopped before a watcher may take it
+        table.down = False
+        clock.advance(1.0)
+        holder.renew_all(pool, lambda key, held: None)
+        assert holder.holds("k") and h.valid_until == 110.0 + TIMING.validity
+    finally:
+        pool.shutdown()
+
+
+def test_nothing_is_taken_before_a_session_renewal_succeeds(aws: LocalAWS) -> None:
+    table = FlakySessions.open(aws.client("dynamodb"), "sessions-none")
+    table.down = True
+    holder = LeaseHolder(table, "a", TIMING, FakeClock(100.0))
+    pool = WritePool(2, "a")
+    counts: list[str] = []
+    acquisitions = Acquisitions(holder, GuardedListener(NullListener(), "a", counts.append), pool, "a",
+                                m.TRIM_HORIZON)
+    try:
+        acquisitions.run([Take("k", "acquired", None)], set(), {}, {})
+        assert holder.keys() == frozenset() and table.get("k") is None  # not even created
+        table.down = False
+        acquisitions.run([Take("k", "acquired", None)], set(), {}, {})
+        assert holder.holds("k") and table.get("k").session == holder.session  # type: ignore[union-attr]
+    finally:
+        pool.shutdown()
