@@ -88,7 +88,7 @@ def test_readiness_fails_while_the_member_list_cannot_be_read(aws: LocalAWS) -> 
 
         def members(self) -> list[str]:
             if self.broken:
-                raise StaleMembershipError("the Kubernetes API is unreachable (injected)")
+                raise StaleMembershipError("the Kubernetes API is unreachable (injected)", age=9.0, last_error=None)
             return list(super().members())
 
     aws.client("kinesis").create_stream(StreamName="orders", ShardCount=1)

@@ -271,6 +271,22 @@ def test_scoped_reads_with_the_default_membership_name_the_fix(aws: LocalAWS) ->
         WorkerConfig(table_name=TABLE, streams=[SPEC], reads="index")  # type: ignore[arg-type]
 
 
+def test_by_default_a_worker_reads_scoped_with_a_membership_from_outside_the_table(aws: LocalAWS) -> None:
+    config = WorkerConfig(table_name=TABLE, streams=[SPEC], backup_check_interval=1.5)
+    assert config.reads == "auto"
+    factory = lambda: JournalProcessor(Journal(), "x")  # noqa: E731
+    clients = {"kinesis_client": aws.client("kinesis"), "dynamodb_client": aws.client("dynamodb")}
+    outside = Worker(config, factory, membership=StaticMembership(["x"], "x"), **clients)
+    assert outside.reads == outside.coordinator.reads == "scoped"
+    assert isinstance(outside.shard_sync, ShardManifestSync) and outside.coordinator.backup_check_interval == 1.5
+    heartbeats = Worker(config, factory, **clients)  # DynamoDBMembership: its heartbeats are in the scans
+    assert heartbeats.reads == heartbeats.coordinator.reads == "scan"
+    assert not isinstance(heartbeats.shard_sync, ShardManifestSync)
+    pinned = Worker(WorkerConfig(table_name=TABLE, streams=[SPEC], reads="scan"), factory,
+                    membership=StaticMembership(["x"], "x"), **clients)
+    assert pinned.coordinator.reads == "scan"
+
+
 def test_backup_check_interval_reaches_the_coordinator_and_only_with_scoped_reads(aws: LocalAWS) -> None:
     config = WorkerConfig(table_name=TABLE, streams=[SPEC], reads="scoped", backup_check_interval=1.5)
     worker = Worker(config, lambda: JournalProcessor(Journal(), "x"), membership=StaticMembership(["x"], "x"),
@@ -278,7 +294,7 @@ def test_backup_check_interval_reaches_the_coordinator_and_only_with_scoped_read
     assert worker.coordinator.backup_check_interval == 1.5
     default = WorkerConfig(table_name=TABLE, streams=[SPEC], reads="scoped").coordinator_kwargs()
     assert "backup_check_interval" not in default  # the coordinator's default: lease_duration / 2
-    with pytest.raises(ConfigurationError, match="only applies to reads='scoped'"):
-        WorkerConfig(table_name=TABLE, streams=[SPEC], backup_check_interval=1.5)
+    with pytest.raises(ConfigurationError, match="only applies to scoped reads"):
+        WorkerConfig(table_name=TABLE, streams=[SPEC], reads="scan", backup_check_interval=1.5)
     with pytest.raises(ConfigurationError, match="backup_check_interval must be"):
         WorkerConfig(table_name=TABLE, streams=[SPEC], reads="scoped", backup_check_interval=0)

@@ -324,10 +324,12 @@ def shard_provider(
     streams: Sequence[tuple[StreamConfig, ShardDiscovery]],
     membership: Membership,
     clock: Clock = MONOTONIC,
+    reads: str | None = None,
 ) -> ShardSync:
     """The Worker's resource provider: :class:`ShardSync` for ``reads="scan"``, the shard
-    manifest for ``reads="scoped"`` (which needs a membership outside the lease table)."""
-    if config.reads == "scan":
+    manifest for ``reads="scoped"`` (which needs a membership outside the lease table);
+    ``reads``: the resolved mode (None: ``config.reads``)."""
+    if (reads or config.reads) == "scan":
         return ShardSync(table, streams)
     if isinstance(membership, DynamoDBMembership):
         raise ConfigurationError(

@@ -120,8 +120,11 @@ class Worker:
         self.membership = membership = worker_setup.worker_membership(config, self.table, membership, clock)
         self.worker_id = membership.self_id
         self.discoveries = worker_setup.shard_discoveries(config, self.kinesis_client)
+        self.reads = worker_setup.resolve_reads(config.reads, membership)
+        """How the lease loop reads the table: ``config.reads`` resolved against the membership."""
         self.shard_sync = shard_provider(
-            config, self.table, [(s, self.discoveries[s.key_prefix]) for s in config.streams], membership, clock
+            config, self.table, [(s, self.discoveries[s.key_prefix]) for s in config.streams], membership, clock,
+            reads=self.reads,
         )
         self.registrations = worker_setup.fanout_registrations(config, self.kinesis_client)
         """Enhanced Fan-Out stream consumers (streams with ``retrieval="fanout"``), by key prefix."""
@@ -135,7 +138,7 @@ class Worker:
             self.shard_sync,
             self.pool,
             clock=clock,
-            **config.coordinator_kwargs(),
+            **config.coordinator_kwargs(self.reads),
         )
         self.pool.coordinator = self.coordinator
         self._own_membership_thread = (

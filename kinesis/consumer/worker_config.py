@@ -223,15 +223,17 @@ class WorkerConfig:
     errors, with jittered exponential backoff), ``shard_sync_interval``
     (how long a ListShards listing is cached; new shards are found within it).
 
-    Reads: ``reads="scan"`` (default) scans the lease table every round; ``reads="scoped"``
-    reads only the rows that can change this member's decision (no scan in steady state,
-    ``docs/fleet-scale.md``) and leaves shard discovery to one member per stream, which
-    publishes a shard manifest that the others poll every ``manifest_poll_interval`` (default
-    ``shard_sync_interval / 2``; :mod:`kinesis.consumer.shard_manifest`). Scoped reads need a
-    membership outside the lease table (``KubernetesMembership``, ``StaticMembership``).
-    ``backup_check_interval`` (scoped only; default ``lease_duration / 2``): how often a member
-    samples the members it watches; shorter takes a crashed member that is still listed over
-    sooner, for more reads.
+    Reads: ``reads="scoped"`` reads only the rows that can change this member's decision (no
+    scan in steady state, ``docs/fleet-scale.md``) and leaves shard discovery to one member per
+    stream, which publishes a shard manifest that the others poll every
+    ``manifest_poll_interval`` (default ``shard_sync_interval / 2``;
+    :mod:`kinesis.consumer.shard_manifest`); it needs a membership outside the lease table
+    (``KubernetesMembership``, ``StaticMembership``). ``reads="scan"`` scans the lease table
+    every round (what the default ``DynamoDBMembership`` needs: its heartbeats are in the
+    table). ``reads="auto"`` (default): scoped with a membership from outside the table, scan
+    with ``DynamoDBMembership``. ``backup_check_interval`` (scoped only; default
+    ``lease_duration / 2``): how often a member reads the session rows of the members it
+    watches; shorter takes a crashed member that is still listed over sooner, for more reads.
 
     Processor failures: ``processor_retry`` (:class:`~kinesis.consumer.processing_failures.ProcessorRetryPolicy`):
     a batch the processor raised on is retried in place with exponential backoff; after
@@ -271,7 +273,7 @@ class WorkerConfig:
     liveness_timeout: float | None = None
     readiness_timeout: float | None = None
     processor_retry: ProcessorRetryPolicy = field(default_factory=ProcessorRetryPolicy)
-    reads: Literal["scan", "scoped"] = "scan"
+    reads: Literal["auto", "scan", "scoped"] = "auto"
     manifest_poll_interval: float | None = None
     backup_check_interval: float | None = None
     _timing: LeaseTiming = field(init=False, repr=False, compare=False)
@@ -325,13 +327,13 @@ class WorkerConfig:
         _seconds("shard_sync_interval", self.shard_sync_interval)
         _seconds("manifest_poll_interval", self.manifest_poll_interval, allow_none=True)
         _seconds("backup_check_interval", self.backup_check_interval, allow_none=True)
-        if self.backup_check_interval is not None and self.reads != "scoped":
+        if self.reads not in ("auto", "scan", "scoped"):
+            raise ConfigurationError(f"reads must be 'auto', 'scan' or 'scoped', got {self.reads!r}")
+        if self.backup_check_interval is not None and self.reads == "scan":
             raise ConfigurationError(
-                "backup_check_interval only applies to reads='scoped' (the scan loop reads every row "
-                "every round): set reads='scoped' or leave backup_check_interval unset"
+                "backup_check_interval only applies to scoped reads (the scan loop reads every row "
+                "every round): set reads='scoped' (or 'auto') or leave backup_check_interval unset"
             )
-        if self.reads not in ("scan", "scoped"):
-            raise ConfigurationError(f"reads must be 'scan' or 'scoped', got {self.reads!r}")
         _seconds("idle_backoff", self.idle_backoff, allow_zero=True)
         _seconds("min_read_interval", self.min_read_interval, allow_zero=True)
         if not isinstance(self.processor_retry, ProcessorRetryPolicy):
@@ -385,12 +387,18 @@ class WorkerConfig:
                 return s
         return None
 
-    def coordinator_kwargs(self) -> dict[str, Any]:
-        """The :class:`~kinesis.lease_loop.coordinator.LeaseCoordinator` keyword arguments."""
+    def coordinator_kwargs(self, reads: str | None = None) -> dict[str, Any]:
+        """The :class:`~kinesis.lease_loop.coordinator.LeaseCoordinator` keyword arguments, with
+        ``reads`` resolved (:func:`~kinesis.consumer.worker_setup.resolve_reads`; None:
+        ``self.reads``, which must not be "auto" then)."""
+        reads = reads or self.reads
+        if reads == "auto":
+            raise ConfigurationError("reads='auto' is resolved against the membership: pass reads=")
+        scoped = reads == "scoped" and self.backup_check_interval
         return {
             "timing": self._timing,
             "replicas": self.replicas,
             "max_concurrent_handoffs": self.max_concurrent_handoffs,
-            "reads": self.reads,
-            **({"backup_check_interval": self.backup_check_interval} if self.backup_check_interval else {}),
+            "reads": reads,
+            **({"backup_check_interval": self.backup_check_interval} if scoped else {}),
         }

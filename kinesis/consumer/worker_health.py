@@ -77,10 +77,11 @@ def readiness(
     if cs.ticks < 1:
         return False, "the lease loop has not completed a round yet"
     error = f" (last error: {cs.last_error})" if cs.last_error else ""
-    for what, at in (("lease table", cs.last_table_read_at), ("member list", cs.last_membership_at)):
-        if at is None or now - at > limit:
-            since = "never read" if at is None else f"not read for {now - at:.1f} s"
-            return False, f"{what} {since} (readiness_timeout {limit:g} s){error}"
+    stale = [f"{what} {'never read' if at is None else f'not read for {now - at:.1f} s'}"
+             for what, at in (("lease table", cs.last_table_read_at), ("member list", cs.last_membership_at))
+             if at is None or now - at > limit]
+    if stale:  # both, when both are: a round that cannot read one may not read the other
+        return False, f"{' and '.join(stale)} (readiness_timeout {limit:g} s){error}"
     if planned is not None and worker_id not in planned:
         return False, f"{worker_id} is not in the member list yet"
     return True, "ready"

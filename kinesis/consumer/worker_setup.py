@@ -62,6 +62,14 @@ def build_client(session: Any, service: str, endpoint_url: str | None, region_na
         ) from exc
 
 
+def resolve_reads(reads: str, membership: Membership) -> str:
+    """``reads`` ("auto": "scan" with a DynamoDBMembership, whose heartbeats the scans carry;
+    "scoped" with a membership from outside the lease table)."""
+    if reads != "auto":
+        return reads
+    return "scan" if isinstance(membership, DynamoDBMembership) else "scoped"
+
+
 def worker_membership(
     config: WorkerConfig, table: LeaseTable, membership: Membership | None, clock: Clock
 ) -> Membership:
