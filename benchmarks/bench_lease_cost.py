@@ -454,7 +454,7 @@ def main(argv: list[str] | None = None) -> int:
     console.print(v)
     f = Table(title="Model at fleet scale: fleet RCU/s (WCU/s); reads as a multiple of KCL 3.x's")
     names = ("current", "scoped", "scoped_worker", "kcl3")
-    for col in ("leases x members", "scan (default)", "scoped coordinator", "scoped Worker", "KCL 3.x",
+    for col in ("leases x members", "scan", "scoped coordinator", "scoped Worker", "KCL 3.x",
                 "scan/KCL3", "scoped/KCL3", "Worker/KCL3"):
         f.add_column(col, justify="right")
     for r in modelled:
