@@ -349,6 +349,7 @@ def main(argv: list[str] | None = None) -> int:
         "load_average_at_start": [round(x, 2) for x in os.getloadavg()],
         "command": "python benchmarks/bench_lease_dynamics.py" + (" --quick" if args.quick else "")
         + (" --reads scoped" if args.reads == "scoped" else "")
+        + (" --skip-requests" if args.skip_requests and args.reads != "scoped" else "")
         + (f" --backup-check-interval {args.backup_check_interval:g}" if args.backup_check_interval else "")
         + (f" --out {out_arg}" if (out_arg := getattr(args, "out_given", None)) else ""),
         "ledgers": str(out_dir),

@@ -135,7 +135,7 @@ def test_each_member_samples_only_its_predecessor(aws: LocalAWS) -> None:
     rounds = 6
     for _ in range(rounds):
         fleet.round()
-    # steady state: one BatchGetItem per member per backup check (its predecessor's sample)
+    # steady state: one BatchGetItem per member per backup check (its predecessor's session row)
     assert fleet.calls["BatchGetItem"] - before <= rounds * len(members)
     for i, m in enumerate(members):
         index = fleet.coordinators[m]._scoped.index(fleet.coordinators[m].last_plan)  # type: ignore[arg-type]

@@ -87,3 +87,12 @@ def test_a_member_new_to_the_plan_is_read_in_full_by_its_watcher_until_it_writes
     assert wanted == d_keys  # every round, not only on backup checks
     reads.alive(["d"])
     assert reads.to_read(new, reads.index(new).primary, check_backups=False)[0] == set()
+
+
+def test_a_first_sight_of_a_session_leaves_a_newcomer_read_in_full_until_its_session_moves() -> None:
+    reads = ScopedReads("a")
+    reads.stalled.add("d")  # a newcomer (plan_changed): read in full until seen running
+    reads.judge({"d": SessionRow("d", "t", 1)}, {}, now=0.0, tick_interval=1.0)
+    assert "d" in reads.stalled
+    reads.judge({"d": SessionRow("d", "t", 2)}, {"d": SessionSeen("t", 1, 0.0, 0.0)}, now=0.5, tick_interval=1.0)
+    assert "d" not in reads.stalled

@@ -3,6 +3,8 @@ by it and takes each in a transaction that checks it. boto3 -> moto over HTTP, F
 
 from __future__ import annotations
 
+import threading
+
 import pytest
 
 from kinesis.errors import DuplicateMemberIdError, LeaseTableUnavailableError
@@ -83,31 +85,48 @@ def test_writes_that_change_the_owner_set_or_remove_the_session(table: LeaseTabl
     assert m.SESSION not in table.get_items(["k"])["k"]
 
 
-def test_a_row_a_0_1_member_took_keeps_a_token_that_never_times_it(table: LeaseTable) -> None:
-    # a 0.1 member's take sets owner and counter and leaves leaseSession as it was
+@pytest.mark.parametrize("writer", ["old", "a"])
+def test_a_row_a_0_1_member_wrote_last_has_no_session(table: LeaseTable, writer: str) -> None:
+    # a 0.1 member's take or renewal sets owner and counter and leaves leaseSession as it was;
+    # "a": a 0.1 run under an id whose earlier 0.2 run left its session row (ta, 1) behind
     table.renew_session("a", "ta", None)
     lease = table.create_lease_if_absent("k", owner="a", session="ta")
-    assert lease is not None
+    assert lease is not None and lease.session == "ta" and table.get("k").session == "ta"  # type: ignore[union-attr]
     table.client.update_item(
         TableName=table.table_name, Key={m.KEY: {"S": "k"}},
         UpdateExpression="SET #o = :o, #c = :c", ConditionExpression="#c = :old",
         ExpressionAttributeNames={"#o": m.OWNER, "#c": m.COUNTER},
-        ExpressionAttributeValues={":o": {"S": "old"}, ":c": {"N": "2"}, ":old": {"N": "1"}})
+        ExpressionAttributeValues={":o": {"S": writer}, ":c": {"N": "2"}, ":old": {"N": "1"}})
     snapshot = table.scan()
     row = snapshot.leases["k"]
-    assert (row.owner, row.session) == ("old", "ta")
-    seen = Seen(row.counter, row.owner, 0.0, row.session)
+    assert table.get_items(["k"])["k"][m.SESSION] == {"S": "ta"}  # still in the item
+    assert (row.owner, row.session) == (writer, None)  # but its counter moved past leaseSessionCounter
+    seen = Seen(row.counter, row.owner, 50.0, row.session)
     sessions = {member: SessionSeen(r.token, r.counter, 0.0, 100.0) for member, r in snapshot.sessions.items()}
-    assert "old" not in sessions and session_timer(seen, sessions, 100.0) is None  # its row's own timer
+    assert session_timer(seen, sessions, 100.0) is None  # timed by its row alone
+
+
+def test_every_holder_write_records_its_session_with_the_counter(table: LeaseTable) -> None:
+    lease = table.create_lease_if_absent("k", owner="a", session="t1")
+    assert lease is not None
+    renewed = table.renew(lease, session="t2")  # a new session of the holder re-binds its rows
+    assert renewed.session == "t2" and table.get("k").session == "t2"  # type: ignore[union-attr]
+    checkpointed = table.checkpoint(renewed, "5", session="t2")
+    assert table.get_items(["k"])["k"][m.SESSION_COUNTER] == {"N": str(checkpointed.counter)}
+    plain = table.checkpoint(checkpointed, "6")  # a write without a session (the bare LeaseTable API)
+    assert plain.session is None
 
 
 class FlakySessions(LeaseTable):
-    """A table whose session renewals fail while ``down``."""
+    """A table whose session renewals fail while ``down`` (applied first if ``applied``)."""
 
     down = False
+    applied = False
 
     def renew_session(self, member_id: str, token: str, previous: int | None) -> SessionRow:
         if self.down:
+            if self.applied:
+                super().renew_session(member_id, token, previous)
             raise LeaseTableUnavailableError("throttled")
         return super().renew_session(member_id, token, previous)
 
@@ -156,5 +175,64 @@ def test_nothing_is_taken_before_a_session_renewal_succeeds(aws: LocalAWS) -> No
         table.down = False
         acquisitions.run([Take("k", "acquired", None)], set(), {}, {})
         assert holder.holds("k") and table.get("k").session == holder.session  # type: ignore[union-attr]
+    finally:
+        pool.shutdown()
+
+
+def test_a_renewal_answered_with_an_error_but_applied_never_dates_the_session_later(aws: LocalAWS) -> None:
+    # the renewal sent at 103 is applied but answered with an error: a watcher may first see its
+    # counter at 103. The next renewal (107, a late tick) finds that counter already written: it
+    # proves nothing about when, so validity still counts from 100 until a renewal of its own.
+    clock = FakeClock(100.0)
+    table = FlakySessions.open(aws.client("dynamodb"), "sessions-applied")
+    holder = LeaseHolder(table, "a", TIMING, clock)
+    holder.renew_session()
+    clock.advance(3.0)
+    table.down = table.applied = True
+    holder.renew_session()
+    assert table.read_rows([], ["a"])[1]["a"].counter == 2  # type: ignore[union-attr]
+    table.down = False
+    clock.advance(4.0)
+    first = holder.session
+    holder.renew_session()  # counter 2 may date from 103: a new session of its own, sent at 107
+    row = table.read_rows([], ["a"])[1]["a"]
+    assert holder.session != first and row is not None and (row.token, row.counter) == (holder.session, 3)
+    assert holder.stamp() == 107.0
+
+
+class Overlapping(LeaseTable):
+    """Records how many takes run at once."""
+
+    def __init__(self, *args: object, **kwargs: object) -> None:
+        super().__init__(*args, **kwargs)  # type: ignore[arg-type]
+        self.running = 0
+        self.most = 0
+        self.lock = threading.Lock()
+
+    def take(self, lease: m.Lease, owner: str, **kwargs: object) -> m.Lease | None:
+        with self.lock:
+            self.running += 1
+            self.most = max(self.most, self.running)
+        try:
+            return super().take(lease, owner, **kwargs)  # type: ignore[arg-type]
+        finally:
+            with self.lock:
+                self.running -= 1
+
+
+def test_takes_checked_against_one_session_go_one_at_a_time(aws: LocalAWS) -> None:
+    table = Overlapping(aws.client("dynamodb"), "sessions-serial")
+    table.ensure_table()
+    table.renew_session("x", "tx", None)
+    leases = [table.create_lease_if_absent(f"k{i}", owner="x", session="tx") for i in range(8)]
+    holder = LeaseHolder(table, "a", TIMING, FakeClock(100.0))
+    pool = WritePool(8, "a")
+    acquisitions = Acquisitions(holder, GuardedListener(NullListener(), "a", lambda _: None), pool, "a",
+                                m.TRIM_HORIZON)
+    check = SessionCheck("x", "tx", 1)
+    try:
+        acquisitions.run([Take(f"k{i}", "takeovers", lease, check) for i, lease in enumerate(leases)], set(), {}, {})
+        assert holder.keys() == {f"k{i}" for i in range(8)}
+        assert table.most == 1  # DynamoDB would cancel concurrent transactions on the session row
     finally:
         pool.shutdown()

@@ -279,8 +279,10 @@ def test_by_default_a_worker_reads_scoped_with_a_membership_from_outside_the_tab
     outside = Worker(config, factory, membership=StaticMembership(["x"], "x"), **clients)
     assert outside.reads == outside.coordinator.reads == "scoped"
     assert isinstance(outside.shard_sync, ShardManifestSync) and outside.coordinator.backup_check_interval == 1.5
-    heartbeats = Worker(config, factory, **clients)  # DynamoDBMembership: its heartbeats are in the scans
-    assert heartbeats.reads == heartbeats.coordinator.reads == "scan"
+    with pytest.raises(ConfigurationError, match="resolves to 'scan' with the default DynamoDBMembership"):
+        Worker(config, factory, **clients)  # backup_check_interval would be silently unused
+    heartbeats = Worker(WorkerConfig(table_name=TABLE, streams=[SPEC]), factory, **clients)
+    assert heartbeats.reads == heartbeats.coordinator.reads == "scan"  # its heartbeats are in the scans
     assert not isinstance(heartbeats.shard_sync, ShardManifestSync)
     pinned = Worker(WorkerConfig(table_name=TABLE, streams=[SPEC], reads="scan"), factory,
                     membership=StaticMembership(["x"], "x"), **clients)
@@ -292,7 +294,7 @@ def test_backup_check_interval_reaches_the_coordinator_and_only_with_scoped_read
     worker = Worker(config, lambda: JournalProcessor(Journal(), "x"), membership=StaticMembership(["x"], "x"),
                     kinesis_client=aws.client("kinesis"), dynamodb_client=aws.client("dynamodb"))
     assert worker.coordinator.backup_check_interval == 1.5
-    default = WorkerConfig(table_name=TABLE, streams=[SPEC], reads="scoped").coordinator_kwargs()
+    default = WorkerConfig(table_name=TABLE, streams=[SPEC], reads="scoped").coordinator_kwargs("scoped")
     assert "backup_check_interval" not in default  # the coordinator's default: lease_duration / 2
     with pytest.raises(ConfigurationError, match="only applies to scoped reads"):
         WorkerConfig(table_name=TABLE, streams=[SPEC], reads="scan", backup_check_interval=1.5)

@@ -46,6 +46,9 @@ def test_liveness_counts_from_the_last_tick_and_from_the_start_before_the_first_
         (status(last_table_read_at=None), "lease table never read (readiness_timeout 5 s)"),
         (status(last_table_read_at=90.0, last_error="ThrottlingException"),
          "lease table not read for 10.0 s (readiness_timeout 5 s) (last error: ThrottlingException)"),
+        (status(last_table_read_at=90.0, last_membership_at=90.0, last_error="StaleMembershipError: away"),
+         "lease table not read for 10.0 s and member list not read for 10.0 s (readiness_timeout 5 s) "
+         "(last error: StaleMembershipError: away)"),
         (status(last_membership_at=94.0), "member list not read for 6.0 s (readiness_timeout 5 s)"),
     ],
 )

@@ -324,12 +324,13 @@ def shard_provider(
     streams: Sequence[tuple[StreamConfig, ShardDiscovery]],
     membership: Membership,
     clock: Clock = MONOTONIC,
-    reads: str | None = None,
+    *,
+    reads: str,
 ) -> ShardSync:
     """The Worker's resource provider: :class:`ShardSync` for ``reads="scan"``, the shard
     manifest for ``reads="scoped"`` (which needs a membership outside the lease table);
-    ``reads``: the resolved mode (None: ``config.reads``)."""
-    if (reads or config.reads) == "scan":
+    ``reads``: the resolved mode (:func:`~kinesis.consumer.worker_setup.resolve_reads`)."""
+    if reads == "scan":
         return ShardSync(table, streams)
     if isinstance(membership, DynamoDBMembership):
         raise ConfigurationError(

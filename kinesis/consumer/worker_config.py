@@ -387,13 +387,15 @@ class WorkerConfig:
                 return s
         return None
 
-    def coordinator_kwargs(self, reads: str | None = None) -> dict[str, Any]:
+    def coordinator_kwargs(self, reads: str) -> dict[str, Any]:
         """The :class:`~kinesis.lease_loop.coordinator.LeaseCoordinator` keyword arguments, with
-        ``reads`` resolved (:func:`~kinesis.consumer.worker_setup.resolve_reads`; None:
-        ``self.reads``, which must not be "auto" then)."""
-        reads = reads or self.reads
-        if reads == "auto":
-            raise ConfigurationError("reads='auto' is resolved against the membership: pass reads=")
+        ``reads`` resolved against the membership (:func:`~kinesis.consumer.worker_setup.resolve_reads`)."""
+        if reads == "scan" and self.backup_check_interval is not None:
+            raise ConfigurationError(
+                "backup_check_interval only applies to scoped reads, and reads='auto' resolves to "
+                "'scan' with the default DynamoDBMembership: pass a KubernetesMembership or "
+                "StaticMembership, or leave backup_check_interval unset"
+            )
         scoped = reads == "scoped" and self.backup_check_interval
         return {
             "timing": self._timing,

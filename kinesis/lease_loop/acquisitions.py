@@ -9,8 +9,10 @@ race counts as a ``take_conflict``; any other failure is logged and the next rou
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import logging
+import threading
 from collections.abc import Callable, Mapping, MutableSet, Sequence
 
 from kinesis.errors import KinesisHashRingError, LeaseLostError
@@ -43,7 +45,12 @@ class Acquisitions:
             self._holder.renew_session(unless_newer_than=self._holder.tick_interval / 2)
             if not self._holder.has_session():
                 return  # nothing it took could be processed: the next round tries again
-        results = self._pool.run([functools.partial(self._timed, self._write(t)) for t in takes])
+        # takes checked against one session go one at a time: DynamoDB cancels concurrent
+        # transactions on a shared item (TransactionConflict)
+        locks = {t.check.member_id: threading.Lock() for t in takes if t.check is not None}
+        results = self._pool.run([functools.partial(self._timed, self._write(t),
+                                                    locks[t.check.member_id] if t.check is not None else None)
+                                  for t in takes])
         for take, result in zip(takes, results, strict=True):
             if isinstance(result, LeaseLostError):
                 result = (None, 0.0)
@@ -74,9 +81,10 @@ class Acquisitions:
             return functools.partial(table.adopt, take.lease, session=session)
         return functools.partial(table.take, take.lease, self._me, session=session, check=take.check)
 
-    def _timed(self, write: Callable[[], Lease | None]) -> tuple[Lease | None, float]:
-        stamp = self._holder.stamp()
-        return write(), stamp
+    def _timed(self, write: Callable[[], Lease | None], lock: threading.Lock | None) -> tuple[Lease | None, float]:
+        with lock or contextlib.nullcontext():
+            stamp = self._holder.stamp()
+            return write(), stamp
 
     def _how(self, key: str, kind: str, seen: Mapping[str, Seen], last_full: Mapping[str, Lease]) -> str:
         """How ``key`` was acquired and from whom, for the log (the row as last read)."""

@@ -129,14 +129,14 @@ class LeaseCoordinator:
         reads: ``"scan"`` (default): every round scans the table and plans with
             :func:`hashring.plan_assignment` from the current owners. ``"scoped"``: a round
             reads only the rows planned for this member and not held and, every
-            ``backup_check_interval``, one sample row of each member it watches (its
-            ``replicas`` predecessors; all of that member's rows once the sample stops
+            ``backup_check_interval``, the session row of each member it watches (its
+            ``replicas`` predecessors; all of that member's rows once its session stops
             changing for a tick); see :mod:`~kinesis.lease_loop.scoped_reads`.
         sweep_interval: scoped reads: the slow safety sweep (default ``30 * lease_duration``).
-        backup_check_interval: scoped reads: how often a member samples the members it
-            watches (default ``lease_duration / 2``: a crashed member still listed is taken
-            over within a lease duration and three ticks of its last renewal; one tick
-            takes over a tick sooner at 1.5x the reads).
+        backup_check_interval: scoped reads: how often a member reads the session rows of
+            the members it watches (default ``lease_duration / 2``: a crashed member still
+            listed is taken over within a lease duration, that interval and a light round
+            of its last session renewal; one tick takes over sooner at 1.5x the reads).
         clock: the monotonic clock expiry is measured on (inject a FakeClock in tests;
             :meth:`start` still schedules ticks in real time).
     """

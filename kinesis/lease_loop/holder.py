@@ -80,6 +80,7 @@ class LeaseHolder:
         """This holder's session token (named by every lease it takes, creates or adopts)."""
         self._session_counter: int | None = None  # the counter last written (None: not yet)
         self._session_sent = -math.inf  # send time of the last session renewal that completed
+        self._session_uncertain = False  # the last renewal failed: it may have been applied anyway
         self._session_lock = threading.Lock()
 
     # --- reads (any thread) -------------------------------------------------------------
@@ -179,9 +180,16 @@ class LeaseHolder:
                 if unless_newer_than is not None and sent - self._session_sent < unless_newer_than:
                     return
                 previous = self._session_counter
+                if self._session_uncertain:  # the last renewal may have been applied, at an unknown
+                    self.session, previous = uuid.uuid4().hex, None  # time: start a session of our own
+                    self._session_uncertain = False
             try:
                 row = self.table.renew_session(self._me, self.session, previous)
-            except KinesisHashRingError as exc:
+            except BaseException as exc:
+                with self.lock:  # it may have been applied: the next success cannot say when
+                    self._session_uncertain = True
+                if not isinstance(exc, KinesisHashRingError):
+                    raise
                 self.count("renew_failures")
                 log.warning("%s: could not renew its session: %s", self._me, exc)
                 return
@@ -280,9 +288,9 @@ class LeaseHolder:
             desired = h.handoff.target if h.handoff is not None else None
             try:
                 if desired == h.lease.pending_handoff:
-                    h.lease = self.table.renew(h.lease)
+                    h.lease = self.table.renew(h.lease, session=self.session)
                 else:
-                    h.lease = self.table.renew(h.lease, pending_handoff=desired)
+                    h.lease = self.table.renew(h.lease, pending_handoff=desired, session=self.session)
                 h.valid_until = stamp + self._timing.validity
                 self.count("renewals")
                 return False
@@ -300,13 +308,15 @@ class LeaseHolder:
     def checkpoint(self, key: str, checkpoint: Checkpoint) -> Lease:
         """Checkpoint (and so renew) a held lease, fenced by owner + counter; also past
         ``valid_until``: the write succeeds only if nobody took the lease meanwhile."""
-        return self._write_held(key, "checkpoints", lambda lease: self.table.checkpoint(lease, checkpoint))
+        return self._write_held(key, "checkpoints",
+                                lambda lease: self.table.checkpoint(lease, checkpoint, session=self.session))
 
     def prepare_checkpoint(self, key: str, checkpoint: Checkpoint) -> Lease:
         """Record a pending checkpoint (two-phase checkpoints), fenced and renewing like
         :meth:`checkpoint`; the next checkpoint clears it."""
         return self._write_held(
-            key, "checkpoints_prepared", lambda lease: self.table.prepare_checkpoint(lease, checkpoint)
+            key, "checkpoints_prepared",
+            lambda lease: self.table.prepare_checkpoint(lease, checkpoint, session=self.session)
         )
 
     def _write_held(self, key: str, counter: str, write: Callable[[Lease], Lease]) -> Lease:

@@ -30,12 +30,15 @@ Lease attributes (camelCase, KCL style):
                                     checkpoints; absent in rows that never had one); every
                                     checkpoint write removes it
 ``pendingCheckpointSubSequenceNumber`` N  its sub-sequence number
-``leaseSession``               S    the holder's session token, set by the holder's take,
-                                    create or adoption (absent in rows a 0.1 member took)
+``leaseSession``               S    the holder's session token, set by each of its writes
+``leaseSessionCounter``        N    the ``leaseCounter`` of that write: a row whose counter moved
+                                    past it was last written by a 0.1 member (which keeps both
+                                    attributes), and has no session
 ============================== ==== =====================================================
 
 A session row has ``leaseKey`` ``__session__#<member id>``, ``sessionToken`` (S, random per
-start of a coordinator) and ``leaseCounter`` (N, +1 on every renewal, never reset).
+start of a coordinator) and ``leaseCounter`` (N, +1 on every renewal; a deleted row starts again
+under a new token).
 """
 
 from __future__ import annotations
@@ -73,6 +76,7 @@ WRITE_TOKEN = "writeToken"
 PENDING_CHECKPOINT = "pendingCheckpoint"
 PENDING_SUB_SEQUENCE = "pendingCheckpointSubSequenceNumber"
 SESSION = "leaseSession"
+SESSION_COUNTER = "leaseSessionCounter"
 
 MEMBER_PREFIX = "__member__#"
 """Key prefix of membership heartbeat rows."""
@@ -295,7 +299,8 @@ def lease_from_item(item: Mapping[str, Any]) -> Lease:
             owner_switches_since_checkpoint=_n(item, OWNER_SWITCHES, default=0),
             write_token=_s(item, WRITE_TOKEN, required=False),
             pending_checkpoint=_pending_from_item(item),
-            session=_s(item, SESSION, required=False),
+            session=_s(item, SESSION, required=False) if _n(item, SESSION_COUNTER, default=-1) == _n(item, COUNTER)
+            else None,
         )
     except InvalidSequenceNumberError as exc:
         raise CorruptCheckpointError(str(key), str(exc)) from exc
@@ -371,4 +376,5 @@ def lease_to_item(lease: Lease) -> dict[str, Any]:
         item.update(pending_checkpoint_attributes(lease.pending_checkpoint))
     if lease.session is not None:
         item[SESSION] = {"S": lease.session}
+        item[SESSION_COUNTER] = {"N": str(lease.counter)}
     return item

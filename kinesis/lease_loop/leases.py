@@ -257,9 +257,9 @@ class LeaseTable:
                 m.WRITE_TOKEN: {"S": token}}
         remove = [m.PENDING_HANDOFF, m.HANDED_OFF_BY]
         if session is not None:
-            set_[m.SESSION] = {"S": session}
+            set_.update({m.SESSION: {"S": session}, m.SESSION_COUNTER: num(lease.counter + 1)})
         else:
-            remove.append(m.SESSION)
+            remove += [m.SESSION, m.SESSION_COUNTER]
         try:
             item = self._calls.update(lease.key, set_=set_, remove=remove, condition=condition, values=values,
                                       token=token, check=None if check is None else check.condition_check(self.table_name))
@@ -270,8 +270,10 @@ class LeaseTable:
         return lease.evolve(owner=owner, counter=lease.counter + 1, owner_switches_since_checkpoint=switches,
                             write_token=token, pending_handoff=None, handed_off_by=None, session=session)
 
-    def renew(self, lease: Lease, *, pending_handoff: str | None = _KEEP) -> Lease:
-        """Bump the counter (heartbeat of the holder); optionally set/clear ``pendingHandoffTo``."""
+    def renew(self, lease: Lease, *, pending_handoff: str | None = _KEEP, session: str | None = None) -> Lease:
+        """Bump the counter (heartbeat of the holder); optionally set/clear ``pendingHandoffTo``.
+        ``session``: the holder's session token, recorded with this write (as every holder
+        write of a :class:`~kinesis.lease_loop.coordinator.LeaseCoordinator` does)."""
         set_: dict[str, Any] = {}
         remove: list[str] = []
         if pending_handoff is None:
@@ -279,7 +281,7 @@ class LeaseTable:
         elif pending_handoff is not _KEEP:
             check_member(pending_handoff)
             set_[m.PENDING_HANDOFF] = {"S": pending_handoff}
-        return self._fenced(lease, "renew", set_, remove)
+        return self._fenced(lease, "renew", set_, remove, session=session)
 
     def adopt(self, lease: Lease, *, session: str | None = None) -> Lease:
         """Accept a lease handed off to ``lease.owner`` (under its ``session`` token, if given):
@@ -292,9 +294,7 @@ class LeaseTable:
             raise LeaseLostError(
                 f"lease {lease.key!r} was not handed off to {lease.owner!r}: take it instead"
             )
-        if session is None:
-            return self._fenced(lease, "adopt", {}, [m.HANDED_OFF_BY, m.SESSION])
-        return self._fenced(lease, "adopt", {m.SESSION: {"S": session}}, [m.HANDED_OFF_BY])
+        return self._fenced(lease, "adopt", {}, [m.HANDED_OFF_BY], session=session)
 
     def handoff(self, lease: Lease, to: str) -> Lease:
         """Pass the lease to ``to`` in one write, keeping the checkpoint; ``to`` adopts it at once."""
@@ -303,16 +303,17 @@ class LeaseTable:
             raise ConfigurationError(f"cannot hand lease {lease.key!r} off to its own owner {to!r}")
         switches = lease.owner_switches_since_checkpoint + 1
         set_ = {m.OWNER: {"S": to}, m.HANDED_OFF_BY: {"S": lease.owner or ""}, m.OWNER_SWITCHES: num(switches)}
-        return self._fenced(lease, "hand off", set_, [m.PENDING_HANDOFF, m.SESSION])
+        return self._fenced(lease, "hand off", set_, [m.PENDING_HANDOFF, m.SESSION, m.SESSION_COUNTER])
 
     def release(self, lease: Lease) -> Lease:
         """Give the lease up (evict): the row stays with its checkpoint and no owner."""
-        return self._fenced(lease, "release", {}, [m.OWNER, m.PENDING_HANDOFF, m.HANDED_OFF_BY, m.SESSION])
+        return self._fenced(lease, "release", {},
+                            [m.OWNER, m.PENDING_HANDOFF, m.HANDED_OFF_BY, m.SESSION, m.SESSION_COUNTER])
 
     evict = release
     """KCL's name for :meth:`release`."""
 
-    def checkpoint(self, lease: Lease, checkpoint: Checkpoint | str) -> Lease:
+    def checkpoint(self, lease: Lease, checkpoint: Checkpoint | str, *, session: str | None = None) -> Lease:
         """Record progress; fenced by owner + counter and by ``checkpointOrder <= new``.
 
         Raises :class:`LeaseLostError` if the lease moved, :class:`CheckpointRegressionError`
@@ -320,9 +321,10 @@ class LeaseTable:
         """
         cp = Checkpoint.of(checkpoint)
         attrs, remove = checkpoint_change(lease, cp)
-        return self._fenced(lease, "checkpoint", attrs, remove, new_checkpoint=cp)
+        return self._fenced(lease, "checkpoint", attrs, remove, new_checkpoint=cp, session=session)
 
-    def prepare_checkpoint(self, lease: Lease, checkpoint: Checkpoint | str) -> Lease:
+    def prepare_checkpoint(self, lease: Lease, checkpoint: Checkpoint | str, *,
+                           session: str | None = None) -> Lease:
         """Record a pending checkpoint (the first phase of a two-phase checkpoint).
 
         Fenced like :meth:`checkpoint` (owner + counter, and ``checkpointOrder <= new``: a
@@ -333,7 +335,7 @@ class LeaseTable:
         cp = Checkpoint.of(checkpoint)
         check_pending_checkpoint(lease, cp)
         attrs = m.pending_checkpoint_attributes(cp)
-        return self._fenced(lease, "prepare a checkpoint on", attrs, [], new_checkpoint=cp)
+        return self._fenced(lease, "prepare a checkpoint on", attrs, [], new_checkpoint=cp, session=session)
 
     def mark_shard_end(self, lease: Lease) -> Lease:
         """Checkpoint :data:`SHARD_END`: the shard was fully processed."""
@@ -363,14 +365,18 @@ class LeaseTable:
         remove: Iterable[str],
         *,
         new_checkpoint: Checkpoint | None = None,
+        session: str | None = None,
     ) -> Lease:
         """A write by the holder, conditional on owner and counter (and, writing the checkpoint
-        or a pending one ``new_checkpoint``, on ``checkpointOrder <= new``); bumps the counter."""
+        or a pending one ``new_checkpoint``, on ``checkpointOrder <= new``); bumps the counter
+        and records the holder's ``session`` token with it, if given."""
         if lease.owner is None:
             raise LeaseLostError(f"cannot {what} lease {lease.key!r}: it has no owner (take it first)")
         token = uuid.uuid4().hex
         condition, values = still_held(lease, new_checkpoint)
         full_set = {m.COUNTER: num(lease.counter + 1), m.WRITE_TOKEN: {"S": token}, **set_}
+        if session is not None:
+            full_set.update({m.SESSION: {"S": session}, m.SESSION_COUNTER: num(lease.counter + 1)})
         try:
             item = self._calls.update(
                 lease.key, set_=full_set, remove=remove, condition=condition, values=values, token=token

@@ -12,7 +12,8 @@ watcher until the member list drops it. The membership must not be fed by the sc
 (Kubernetes, static); the resource provider sees the last full scan.
 
 :class:`ScopedReads` turns a plan (``hashring.stable_assignment``) and what the member holds
-into the set of lease rows to read this round, and judges the sample rows it reads:
+into the set of lease and session rows to read this round, and judges the session rows it
+reads:
 
 * rows planned for this member and not held, every round (hand-offs offered to it, free or
   expiring leases it should take);
@@ -137,7 +138,9 @@ class ScopedReads:
             previous = seen.get(holder)
             if row is None:
                 self.stalled.add(holder)
-            elif previous is not None and (previous.token, previous.counter) == (row.token, row.counter):
+            elif previous is None:
+                continue  # a first sight says nothing: a newcomer stays read in full until it runs
+            elif (previous.token, previous.counter) == (row.token, row.counter):
                 if now - previous.since >= tick_interval:
                     self.stalled.add(holder)
             else:
