@@ -673,3 +673,21 @@ def test_a_handoff_to_a_dead_listed_member_is_withdrawn_within_a_tick(table: Lea
     # growing intervals (one lease per donor at a time), not offered keys on every round
     assert offered <= 3 * 3, (offered, withdrawn)
     assert sum(1 for owner in fleet.table_owners().values() if owner == "d") <= 3  # probes only
+
+
+def test_the_session_row_of_a_crashed_member_is_deleted_once_it_left_and_its_leases_moved(
+    table: LeaseTable,
+) -> None:
+    fleet = Fleet(table, KEYS[:6], ["a", "b", "c"])
+    fleet.round()
+    sessions = table.scan().sessions
+    assert set(sessions) == {"a", "b", "c"}
+    fleet.crash("b")
+    fleet.sync_membership(["a", "c"])  # b left the member list
+    rounds = 0
+    while "b" in table.scan().sessions:
+        fleet.round()
+        rounds += 1
+        assert rounds <= int(4 * fleet.lease_duration / fleet.tick_interval), "b's session row stays"
+    assert "b" not in fleet.table_owners().values()  # its leases moved first
+    assert set(table.scan().sessions) == {"a", "c"}  # the live members' rows stay

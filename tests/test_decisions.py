@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from hashring import Assignment
+from hashring import Assignment, chore_owners
 from kinesis.lease_loop import decisions
 from kinesis.lease_loop.clock import FakeClock
 from kinesis.lease_loop.decisions import Offer, Seen, SessionSeen, Snapshot, Suspicions, Take
@@ -463,3 +463,19 @@ def test_a_row_read_late_does_not_make_a_holder_with_a_session_read_now_active()
     assert decisions.observe(rows, seen, 50.0, sessions=fresh).active == {"y"}
     stale = {"x": SessionSeen("tok-x", 5, 0.0, 40.0)}  # not read this round: the row tells
     assert decisions.observe(rows, seen, 50.0, sessions=stale).active == {"x", "y"}
+
+
+def test_stale_session_rows_are_deleted_by_the_chore_owner_once_unlisted_unchanged_and_owning_nothing() -> None:
+    listed = ["a", "b", "c"]
+    [owner] = chore_owners(decisions.SESSION_CHORE, listed)
+    sessions = {
+        "gone": SessionSeen("t1", 4, 0.0, 50.0),      # unlisted, unchanged, owns nothing: deleted
+        "fresh": SessionSeen("t2", 9, 45.0, 50.0),    # unlisted but renewed within a lease duration
+        "holding": SessionSeen("t3", 2, 0.0, 50.0),   # unlisted, unchanged, still owns a lease
+        "b": SessionSeen("t4", 1, 0.0, 50.0),         # listed
+    }
+    leases = {"k": Lease("k", "holding", 3)}
+    got = decisions.stale_sessions(sessions, leases, listed, owner, 50.0, LEASE)
+    assert got == [("gone", sessions["gone"])]
+    others = [m for m in listed if m != owner]
+    assert all(decisions.stale_sessions(sessions, leases, listed, m, 50.0, LEASE) == [] for m in others)

@@ -42,7 +42,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field, replace
 
-from hashring import Assignment
+from hashring import Assignment, chore_owners
 from kinesis.lease_loop.lease_model import Lease, SessionCheck
 from kinesis.lease_loop.lease_timing import LeaseTiming
 
@@ -387,3 +387,20 @@ def next_expiry(seen: Mapping[str, Seen], held: AbstractSet[str], me: str, lease
         if s.owner not in (None, me) and key not in held
     ]
     return min((t for t in due if t > after), default=math.inf)
+
+
+SESSION_CHORE = "sessions"
+"""The chore (:func:`hashring.chore_owners`) whose owner deletes stale session rows."""
+
+
+def stale_sessions(sessions: Mapping[str, SessionSeen], leases: Mapping[str, Lease], listed: Sequence[str],
+                   me: str, now: float, lease_duration: float) -> list[tuple[str, SessionSeen]]:
+    """The session rows the owner of :data:`SESSION_CHORE` among ``listed`` deletes after a
+    full read (``leases``: every row): those of members not listed, unchanged for a lease
+    duration, that own no lease any more (their leases moved: no watcher times them by it).
+    Empty unless ``me`` owns the chore."""
+    if chore_owners(SESSION_CHORE, listed)[:1] != [me]:
+        return []
+    owners = {lease.owner for lease in leases.values()}
+    return [(member, s) for member, s in sorted(sessions.items())
+            if member not in listed and member not in owners and now - s.since >= lease_duration]

@@ -205,9 +205,9 @@ class LeaseTable:
         """Renew member ``member_id``'s session (see :mod:`~kinesis.lease_loop.session_rows`)."""
         return self._sessions.renew(member_id, token, previous)
 
-    def delete_session(self, member_id: str, token: str) -> bool:
-        """Delete ``member_id``'s session row if it still has ``token``."""
-        return self._sessions.delete(member_id, token)
+    def delete_session(self, member_id: str, token: str, counter: int | None = None) -> bool:
+        """Delete ``member_id``'s session row if it still has ``token`` (and ``counter``)."""
+        return self._sessions.delete(member_id, token, counter)
 
     # --- lease writes ----------------------------------------------------------------
 

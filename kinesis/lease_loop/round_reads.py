@@ -20,13 +20,14 @@ list gives none (the round then only renews). Used by the round only, under the 
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 
 from hashring import Assignment
 from kinesis.lease_loop.clock import Clock
 from kinesis.lease_loop.coordinator_settings import CoordinatorSettings
-from kinesis.lease_loop.decisions import Snapshot
+from kinesis.lease_loop.decisions import Snapshot, stale_sessions
 from kinesis.lease_loop.holder import LeaseHolder
 from kinesis.lease_loop.lease_model import Lease, TableSnapshot
 from kinesis.lease_loop.member_list import MemberList
@@ -35,6 +36,8 @@ from kinesis.lease_loop.planner import Planner
 from kinesis.lease_loop.resource_keys import ResourceKeys
 from kinesis.lease_loop.round_record import RoundRecord
 from kinesis.lease_loop.scoped_reads import ScopedReads
+
+log = logging.getLogger("kinesis.lease_loop.coordinator")  # the lease loop logs as the coordinator
 
 
 @dataclass(frozen=True)
@@ -88,6 +91,7 @@ class RoundReads:
         listed = self._read_members()
         if listed is None:
             return None
+        self._delete_stale_sessions(snapshot, listed, now)
         keys = self._keys(snapshot)
         self._obs.keep_missing(set(keys))
         snap = self._snapshot(now, snapshot.leases, keys)
@@ -128,6 +132,13 @@ class RoundReads:
         snap = self._snapshot(now, found, to_take)
         self._obs.suspect(snap, active)
         return self._view(snap, plan, keys, to_take, ready)
+
+    def _delete_stale_sessions(self, snapshot: TableSnapshot, listed: list[str], now: float) -> None:
+        """The session chore (:func:`~kinesis.lease_loop.decisions.stale_sessions`) after a full read."""
+        for member, seen in stale_sessions(self._obs.sessions, snapshot.leases, listed, self._me, now,
+                                           self._s.timing.lease_duration):
+            if self._holder.table.delete_session(member, seen.token, seen.counter):
+                log.info("%s: deleted the stale session row of %s", self._me, member)
 
     def _read_members(self) -> list[str] | None:
         """The member list; None if unreadable (its error is then the round's last error)."""

@@ -17,6 +17,7 @@ current token is timed by its own row, as before.
 from __future__ import annotations
 
 import uuid
+from typing import Any
 
 from kinesis.errors import DuplicateMemberIdError
 from kinesis.lease_loop import lease_model as m
@@ -71,16 +72,23 @@ class SessionRows:
             ) from None
         return m.session_from_item(item)
 
-    def delete(self, member_id: str, token: str) -> bool:
-        """Delete ``member_id``'s session row if it still has ``token`` (a graceful stop)."""
+    def delete(self, member_id: str, token: str, counter: int | None = None) -> bool:
+        """Delete ``member_id``'s session row if it still has ``token`` (and ``counter``, if
+        given: a stale row, not renewed since it was read)."""
+        condition, names = "#tok = :tok", {"#tok": m.SESSION_TOKEN}
+        values: dict[str, Any] = {":tok": {"S": token}}
+        if counter is not None:
+            condition += " AND #c = :c"
+            names["#c"] = m.COUNTER
+            values[":c"] = num(counter)
         try:
             self.calls.write(
                 "delete_item",
                 None,
                 Key={m.KEY: {"S": m.SESSION_PREFIX + member_id}},
-                ConditionExpression="#tok = :tok",
-                ExpressionAttributeNames={"#tok": m.SESSION_TOKEN},
-                ExpressionAttributeValues={":tok": {"S": token}},
+                ConditionExpression=condition,
+                ExpressionAttributeNames=names,
+                ExpressionAttributeValues=values,
             )
         except ConditionFailed:
             return False
