@@ -41,10 +41,10 @@ class Acquisitions:
         """Send ``takes`` at once; hold and start what they won, adding started keys to
         ``fresh``. ``seen`` and ``last_full`` (the rows of the last full read) name the
         previous owner and the sender of a hand-off in the log."""
-        if takes:  # what a take's validity counts from: a session renewal of this tick or newer
-            self._holder.renew_session(unless_newer_than=self._holder.tick_interval / 2)
-            if not self._holder.has_session():
-                return  # nothing it took could be processed: the next round tries again
+        # what a take's validity counts from: a session renewal of this tick or newer; without
+        # any, nothing it took could be processed (the next round tries again)
+        if takes and not self._holder.refresh_session():
+            return
         # takes checked against one session go one at a time: DynamoDB cancels concurrent
         # transactions on a shared item (TransactionConflict)
         locks = {t.check.member_id: threading.Lock() for t in takes if t.check is not None}

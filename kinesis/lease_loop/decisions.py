@@ -399,8 +399,10 @@ def stale_sessions(sessions: Mapping[str, SessionSeen], leases: Mapping[str, Lea
     full read (``leases``: every row): those of members not listed, unchanged for a lease
     duration, that own no lease any more (their leases moved: no watcher times them by it).
     Empty unless ``me`` owns the chore."""
-    if chore_owners(SESSION_CHORE, listed)[:1] != [me]:
-        return []
+    live = set(listed)
+    gone = [(member, s) for member, s in sorted(sessions.items())
+            if member not in live and now - s.since >= lease_duration]
+    if not gone or chore_owners(SESSION_CHORE, listed)[:1] != [me]:
+        return []  # the usual case, every scan round: no row to look at, no ring to hash
     owners = {lease.owner for lease in leases.values()}
-    return [(member, s) for member, s in sorted(sessions.items())
-            if member not in listed and member not in owners and now - s.since >= lease_duration]
+    return [(member, s) for member, s in gone if member not in owners]

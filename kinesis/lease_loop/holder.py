@@ -77,7 +77,7 @@ class LeaseHolder:
         self._lost: list[Lease] = []  # lost by a checkpoint: the round tells the listener
         self._counters: Counter[str] = Counter(dict.fromkeys(COUNTER_NAMES, 0))
         self.session = uuid.uuid4().hex
-        """This holder's session token (named by every lease it takes, creates or adopts)."""
+        """This holder's session token (recorded by every write of its leases)."""
         self._session_counter: int | None = None  # the counter last written (None: not yet)
         self._session_sent = -math.inf  # send time of the last session renewal that completed
         self._session_uncertain = False  # the last renewal failed: it may have been applied anyway
@@ -155,18 +155,17 @@ class LeaseHolder:
 
     # --- the session ----------------------------------------------------------------------
 
-    @property
-    def tick_interval(self) -> float:
-        return self._timing.tick_interval
-
     def stamp(self) -> float:
         """What the validity of a write sent now counts from: now, or the send time of the
         last completed session renewal if that is earlier."""
         with self.lock:
             return min(self._clock(), self._session_sent)
 
-    def has_session(self) -> bool:
-        """Whether a session renewal ever succeeded (nothing is taken before one)."""
+    def refresh_session(self) -> bool:
+        """Renew the session unless a renewal was sent within half a tick (before takes, and
+        before a late checkpoint); whether any renewal ever succeeded (nothing is taken
+        before one)."""
+        self.renew_session(unless_newer_than=self._timing.tick_interval / 2)
         with self.lock:
             return self._session_sent > -math.inf
 
@@ -328,7 +327,7 @@ class LeaseHolder:
             if held.gone:
                 raise LeaseLostError(f"{self._me} no longer holds lease {key!r}")
             if self._clock() >= held.valid_until:  # late: this write renews the session too
-                self.renew_session(unless_newer_than=self._timing.tick_interval / 2)
+                self.refresh_session()
             stamp = self.stamp()
             try:
                 new = write(held.lease)

@@ -287,10 +287,11 @@ def lease_from_item(item: Mapping[str, Any]) -> Lease:
         cp = _checkpoint_from_item(item)
         if (state is LeaseState.SHARD_END) != cp.is_shard_end:
             raise ValueError(f"leaseState {state_text} disagrees with checkpoint {cp}")
+        counter = _n(item, COUNTER)
         return Lease(
             key=key,
             owner=_s(item, OWNER, required=False),
-            counter=_n(item, COUNTER),
+            counter=counter,
             checkpoint=cp,
             parents=tuple(parents),
             state=state,
@@ -299,7 +300,7 @@ def lease_from_item(item: Mapping[str, Any]) -> Lease:
             owner_switches_since_checkpoint=_n(item, OWNER_SWITCHES, default=0),
             write_token=_s(item, WRITE_TOKEN, required=False),
             pending_checkpoint=_pending_from_item(item),
-            session=_s(item, SESSION, required=False) if _n(item, SESSION_COUNTER, default=-1) == _n(item, COUNTER)
+            session=_s(item, SESSION, required=False) if _n(item, SESSION_COUNTER, default=-1) == counter
             else None,
         )
     except InvalidSequenceNumberError as exc:

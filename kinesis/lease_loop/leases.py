@@ -344,18 +344,7 @@ class LeaseTable:
     def delete(self, lease: Lease) -> bool:
         """Delete the row if it is unchanged since ``lease`` was read (e.g. finished parents)."""
         condition, values = unchanged_since(lease)
-        try:
-            self._calls.write(
-                "delete_item",
-                None,
-                Key={m.KEY: {"S": lease.key}},
-                ConditionExpression=condition,
-                ExpressionAttributeNames={"#c": m.COUNTER, "#o": m.OWNER},
-                ExpressionAttributeValues=values,
-            )
-        except ConditionFailed:
-            return False
-        return True
+        return self._calls.delete(lease.key, condition=condition, values=values)
 
     def _fenced(
         self,

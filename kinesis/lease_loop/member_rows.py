@@ -66,20 +66,7 @@ class MemberRows:
         """Delete ``member_id``'s row if it still has ``incarnation`` (and ``heartbeat`` if given)."""
         condition = "#inc = :inc"
         values: dict[str, Any] = {":inc": {"S": incarnation}}
-        names = {"#inc": m.INCARNATION}
         if heartbeat is not None:
             condition += " AND #hb = :hb"
             values[":hb"] = num(heartbeat)
-            names["#hb"] = m.HEARTBEAT
-        try:
-            self.calls.write(
-                "delete_item",
-                None,
-                Key={m.KEY: {"S": m.MEMBER_PREFIX + member_id}},
-                ConditionExpression=condition,
-                ExpressionAttributeNames=names,
-                ExpressionAttributeValues=values,
-            )
-        except ConditionFailed:
-            return False
-        return True
+        return self.calls.delete(m.MEMBER_PREFIX + member_id, condition=condition, values=values)

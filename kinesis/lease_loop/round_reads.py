@@ -154,7 +154,7 @@ class RoundReads:
 
     def _snapshot(self, now: float, rows: Mapping[str, Lease], to_take: Sequence[str]) -> Snapshot:
         return Snapshot(now=now, me=self._me, timing=self._s.timing, rows=rows,
-                        seen=self._obs.timers(rows, to_take), sessions=dict(self._obs.sessions),
+                        seen=self._obs.timers(rows, to_take), sessions=self._obs.sessions,
                         held=self._holder.keys(),
                         suspicions=self._obs.suspicions, max_concurrent_handoffs=self._s.max_concurrent_handoffs)
 

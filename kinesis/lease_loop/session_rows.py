@@ -75,21 +75,9 @@ class SessionRows:
     def delete(self, member_id: str, token: str, counter: int | None = None) -> bool:
         """Delete ``member_id``'s session row if it still has ``token`` (and ``counter``, if
         given: a stale row, not renewed since it was read)."""
-        condition, names = "#tok = :tok", {"#tok": m.SESSION_TOKEN}
+        condition = "#tok = :tok"
         values: dict[str, Any] = {":tok": {"S": token}}
         if counter is not None:
             condition += " AND #c = :c"
-            names["#c"] = m.COUNTER
             values[":c"] = num(counter)
-        try:
-            self.calls.write(
-                "delete_item",
-                None,
-                Key={m.KEY: {"S": m.SESSION_PREFIX + member_id}},
-                ConditionExpression=condition,
-                ExpressionAttributeNames=names,
-                ExpressionAttributeValues=values,
-            )
-        except ConditionFailed:
-            return False
-        return True
+        return self.calls.delete(m.SESSION_PREFIX + member_id, condition=condition, values=values)

@@ -163,6 +163,23 @@ class TableCalls:
                 raise ConditionFailed(current) from None
         return {}  # applied (by this attempt or an earlier one)
 
+    def delete(self, key: str, *, condition: str, values: Mapping[str, Any]) -> bool:
+        """A conditional DeleteItem of row ``key`` (``#name`` placeholders of
+        :data:`~kinesis.lease_loop.write_rules.CONDITION_NAMES`); False if the condition failed."""
+        names = {p: CONDITION_NAMES[p] for p in re.findall(r"#\w+", condition)}
+        try:
+            self.write(
+                "delete_item",
+                None,
+                Key={m.KEY: {"S": key}},
+                ConditionExpression=condition,
+                ExpressionAttributeNames=names,
+                ExpressionAttributeValues=dict(values),
+            )
+        except ConditionFailed:
+            return False
+        return True
+
     def get_item(self, key: str) -> dict[str, Any] | None:
         """The row ``key`` (consistent read), ``None`` if absent."""
         s = self.settings
