@@ -50,6 +50,10 @@ solver), this one is the best measured, within 10-25% of the rendezvous
 version, and it costs a binary search per key and round: 100,000 keys x
 10,000 members in well under a second. ``tests/test_stable.py`` pins the
 measured envelope (moved <= 4 x optimum + 12; <= 1.5x at K/N = 1000).
+
+The scoped lease loop therefore uses this function only until a plan has been published:
+then every member plans with :func:`hashring.plan_assignment` from the last published plan
+(``kinesis/lease_loop/published_plan.py``), which moves exactly the optimum.
 """
 
 from __future__ import annotations

@@ -20,6 +20,7 @@ from kinesis.lease_loop.leases import LeaseTable
 from kinesis.lease_loop.member_list import MemberList
 from kinesis.lease_loop.observations import Observations
 from kinesis.lease_loop.planner import Planner
+from kinesis.lease_loop.published_plan import PublishedPlan
 from kinesis.lease_loop.resource_keys import ResourceKeys, provider_of
 from kinesis.lease_loop.round_reads import RoundReads
 from kinesis.lease_loop.round_record import RoundRecord
@@ -88,7 +89,7 @@ def parts(me: str = "a", *, reads: str = "scan", members: Iterable[str] = ("a", 
     observations = Observations(me)
     member_list = MemberList(membership, None, me, holder.count, clock, observations.membership)
     scoped = ScopedReads(me)
-    planner = Planner(me, 1, None, scoped if reads == "scoped" else None)
+    planner = Planner(me, 1, None, scoped if reads == "scoped" else None, PublishedPlan(None, me))
     round_reads = RoundReads(me, settings, holder, member_list, ResourceKeys(settings.resources, me, holder.count),
                              observations, scoped, planner, record, clock)
     return Parts(round_reads, table, holder, record, scoped, clock)

@@ -72,9 +72,11 @@ from kinesis.lease_loop.lease_model import TRIM_HORIZON, Checkpoint, Lease
 from kinesis.lease_loop.lease_timing import LeaseTiming
 from kinesis.lease_loop.leases import LeaseTable
 from kinesis.lease_loop.lifecycle import Lifecycle
+from kinesis.lease_loop.manifest_store import ManifestStore
 from kinesis.lease_loop.member_list import MemberList
 from kinesis.lease_loop.observations import Observations
 from kinesis.lease_loop.planner import Planner
+from kinesis.lease_loop.published_plan import DOCUMENT, PublishedPlan
 from kinesis.lease_loop.resource_keys import ResourceKeys
 from kinesis.lease_loop.round_loop import RoundLoop, Rounds
 from kinesis.lease_loop.round_reads import RoundReads, RoundView
@@ -199,7 +201,8 @@ class LeaseCoordinator:
         self._obs = Observations(me)  # the rest is touched by the round only
         self._members = MemberList(membership, s.drive, me, self._count, clock, self._obs.membership)
         self._scoped = ScopedReads(me)  # what a scoped round reads (no I/O)
-        planner = Planner(me, s.replicas, s.weights, self._scoped if s.reads == "scoped" else None)
+        published = PublishedPlan(ManifestStore(table, DOCUMENT) if s.reads == "scoped" else None, me)
+        planner = Planner(me, s.replicas, s.weights, self._scoped if s.reads == "scoped" else None, published)
         self._reads = RoundReads(me, s, self._holder, self._members, ResourceKeys(s.resources, me, self._count),
                                  self._obs, self._scoped, planner, self._record, clock)
         self._acquisitions = Acquisitions(self._holder, self._listener, self._pool, me, s.initial_checkpoint)

@@ -6,7 +6,8 @@ Steps 2-3 of a round (see :mod:`~kinesis.lease_loop.coordinator`), one of two wa
   driven membership), then the member list; the provider's keys are planned over the listed
   members (:mod:`.planner`, from the current owners), and any of them may be taken;
 * a *scoped* round (``reads="scoped"``): the member list and the keys (the provider sees the
-  last full scan) are planned first, then only the rows that can change this member's
+  last full scan) are planned first (from the published plan, which the round then follows:
+  :mod:`.published_plan`), then only the rows that can change this member's
   decisions are read (:mod:`.scoped_reads` says which), and only those may be taken. Rows
   are read with BatchGetItem, eventually consistent: every write is conditional on what it
   read, so a stale row costs time, never safety. The table is *swept* (a scan, eventually
@@ -99,6 +100,7 @@ class RoundReads:
         ready = self._me in listed and not self._holder.stopping
         plan = self._planner(listed, self._obs.suspicions.suspects, keys, snapshot.leases, ready=ready)
         self.last_plan = plan
+        self._planner.follow(listed, now, full=full, tick_interval=self._s.timing.tick_interval)
         return self._view(snap, plan, keys, keys, ready)
 
     def _scoped_round(self, *, full: bool) -> RoundView | None:
@@ -117,6 +119,7 @@ class RoundReads:
         self.last_plan = plan
         held = self._holder.keys()
         timing = self._s.timing
+        self._planner.follow(listed, now, full=full, tick_interval=timing.tick_interval)
         wanted, watched = self._scoped.rows_to_read(  # watched: members whose session row is read
             plan, held, keys, now, full=full, interval=self._s.backup_check_interval,
             tick_interval=timing.tick_interval, lease_duration=timing.lease_duration)

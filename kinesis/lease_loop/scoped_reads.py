@@ -1,7 +1,7 @@
 """What a member reads in a ``reads="scoped"`` round: decisions only, no I/O.
 
-With scoped reads there is no scan in steady state. The plan is
-:func:`hashring.stable_assignment` of (members, keys) alone, with each member's keys backed
+With scoped reads there is no scan in steady state. The plan is made from (the published
+baseline, members, keys) (:mod:`.published_plan`), with each member's keys backed
 up by its successors in the sorted member list (:func:`hashring.watched_by_successors`).
 Rows are read with BatchGetItem, eventually consistent (every write is conditional on what
 it read, so a stale row costs time, never safety). A full scan (eventually consistent)
@@ -11,7 +11,7 @@ member makes the same plan) but get no hand-offs; a dead member's keys stay with
 watcher until the member list drops it. The membership must not be fed by the scan
 (Kubernetes, static); the resource provider sees the last full scan.
 
-:class:`ScopedReads` turns a plan (``hashring.stable_assignment``) and what the member holds
+:class:`ScopedReads` turns a plan and what the member holds
 into the set of lease and session rows to read this round, and judges the session rows it
 reads:
 

@@ -1,0 +1,174 @@
+"""``PublishedPlan``: the last plan one member published, the input that keeps scoped plans sticky.
+
+Under ``reads="scoped"`` no member reads every current owner. A plan of (members, keys)
+alone (:func:`hashring.stable_assignment`) moves 2-3x the optimum on a join at about ten
+keys per member: no stateless, exactly balanced function measured does better
+(:mod:`hashring.stable`). So members plan from a shared *baseline* instead: the last plan
+published in the lease table, a versioned document of
+:class:`~kinesis.lease_loop.manifest_store.ManifestStore` named ``plan`` (a head row and
+zlib-compressed chunks). Every member computes
+:func:`hashring.plan_assignment` (members, keys, current owners = the baseline) itself:
+
+* **deterministic**: members with the same baseline, members and keys make the same plan;
+* **sticky**: it moves exactly the optimum against the baseline (the newcomer's quota on a
+  join, the leaver's keys on a leave) and keeps max - min <= 1;
+* **peer to peer**: nobody waits for a publish. A member plans from the baseline it has the
+  moment it sees the member list change; publishing only moves the baseline forward for
+  the next change. Before any baseline exists, the plan is ``stable_assignment``.
+
+Publishing is a chore: the owner of the reserved ring key ``__chore__/plan`` publishes its
+plan when it differs from the head's, conditional on the head it read (so versions form
+one chain; a publisher whose baseline is not the head reads the head first). Everyone else
+reads the head (one small, eventually consistent GetItem) on each tick while its plan
+differs from its baseline, backing off to every 2, 4, then 8 ticks after three reads in a
+row found nothing new. If the head's digest is that of its own plan, that plan becomes the
+baseline without another read (the usual case: a head read or two per member per change);
+if the head is another version, its chunks are read once. In steady state (plan =
+baseline) nothing is read.
+
+The plan is advice, not a lock: every take and hand-off stays a conditional write on the
+row read, so a stale, missing, corrupt or unreadable baseline costs moves, never safety;
+errors are logged and the member keeps planning from the baseline it has. A dead publisher
+only stops the baseline from moving (the chore moves with the member list).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
+
+from hashring import Assignment, chore_owners, plan_assignment, stable_assignment
+from kinesis.errors import KinesisHashRingError
+from kinesis.lease_loop.manifest_store import (
+    ManifestConflictError,
+    ManifestCorruptError,
+    ManifestHead,
+    ManifestStore,
+)
+
+log = logging.getLogger("kinesis.lease_loop.coordinator")
+
+PLAN_CHORE = "plan"
+"""The reserved ring key (:func:`hashring.chore_owners`) whose owner publishes the plan."""
+DOCUMENT = "plan"
+"""The :class:`ManifestStore` name of the plan (``__manifest__#plan``; shard manifests are ``shards/...``)."""
+FORMAT = 1
+FREE_POLLS = 3
+"""Ticks in a row a member reads the head while its plan is unpublished, before backing off."""
+MAX_BACKOFF_TICKS = 8
+"""Then it reads the head every 2, 4, then at most every this many ticks."""
+
+
+@dataclass(frozen=True)
+class Baseline:
+    """A published plan: its version, the digest of its payload, and each key's owner."""
+
+    version: int
+    digest: str
+    owners: Mapping[str, str]
+
+
+def encode(plan: Assignment) -> bytes:
+    """The canonical payload of ``plan``'s primaries (keys sorted; owners as member indexes)."""
+    index = {m: i for i, m in enumerate(plan.members)}
+    keys = sorted(plan.owners)
+    doc = {"format": FORMAT, "members": list(plan.members), "keys": keys,
+           "owners": [index[plan.owners[k][0]] for k in keys]}
+    return json.dumps(doc, separators=(",", ":")).encode()
+
+
+def decode(payload: bytes, where: str) -> dict[str, str]:
+    """Key -> owner of a payload; :class:`ManifestCorruptError` (naming ``where``) if malformed."""
+    try:
+        doc = json.loads(payload)
+        members, keys, owners = doc["members"], doc["keys"], doc["owners"]
+        if doc["format"] != FORMAT or len(keys) != len(owners):
+            raise ValueError(f"format {doc['format']!r}, {len(keys)} keys, {len(owners)} owners")
+        return {str(k): str(members[i]) for k, i in zip(keys, owners, strict=True)}
+    except (ValueError, KeyError, TypeError, IndexError) as exc:
+        raise ManifestCorruptError(where, f"plan unreadable ({exc!r}): the chore owner publishes a new one") from exc
+
+
+class PublishedPlan:
+    """One member's baseline and plans (see the module docs). Called from its round only."""
+
+    def __init__(self, store: ManifestStore | None, member_id: str):
+        self._store = store
+        self._me = member_id
+        self.baseline: Baseline | None = None
+        self._plan: tuple[tuple[object, ...], Assignment] | None = None
+        self._encoded: tuple[Assignment, bytes, str] | None = None
+        self._next_poll = -math.inf
+        self._misses = 0
+
+    def plan(self, members: tuple[str, ...], keys: tuple[str, ...],
+             weights: Mapping[str, float] | None) -> Assignment:
+        """The plan from the baseline (``stable_assignment`` without one); the same object
+        for the same inputs (identical member and key tuples, the same baseline)."""
+        base = self.baseline
+        inputs = (members, keys, base, weights)
+        hit = self._plan
+        if hit is not None and all(a is b or a == b for a, b in zip(hit[0], inputs, strict=True)):
+            return hit[1]
+        if base is None:
+            plan = stable_assignment(members, keys, weights=weights)
+        else:
+            plan = plan_assignment(members, keys, current_owners=base.owners, weights=weights)
+        self._plan = (inputs, plan)
+        return plan
+
+    def pending(self, plan: Assignment) -> bool:
+        """Whether ``plan`` differs from the baseline (a change not yet published or adopted)."""
+        return self.baseline is None or self._encode(plan)[1] != self.baseline.digest
+
+    def follow(self, plan: Assignment, listed: list[str], now: float, *, full: bool, tick_interval: float) -> None:
+        """Move the baseline towards ``plan`` (this round's plan): adopt the head when it
+        publishes ``plan``, read it when it is another version, publish ``plan`` when this
+        member owns the chore among ``listed``. Only on a tick (``full``), with backoff."""
+        if self._store is None or not full or now < self._next_poll or not self.pending(plan):
+            return
+        try:
+            moved = self._follow(self._store, plan, listed)
+        except KinesisHashRingError as exc:  # table errors, a corrupt head or plan: keep the baseline
+            log.warning("%s: the published plan could not be followed: %s", self._me, exc)
+            moved = False
+        self._misses = 0 if moved else self._misses + 1
+        wait = min(2 ** max(self._misses - FREE_POLLS + 1, 0), MAX_BACKOFF_TICKS)
+        self._next_poll = now + (wait - 0.01) * tick_interval
+
+    def _follow(self, store: ManifestStore, plan: Assignment, listed: list[str]) -> bool:
+        head = store.head()
+        version = self.baseline.version if self.baseline is not None else 0
+        if head is not None and head.version != version:
+            if head.digest == self._encode(plan)[1]:
+                self._adopt(head, plan)
+            else:
+                owners = decode(store.read(head), store.head_key)
+                self.baseline = Baseline(head.version, head.digest, owners)
+            return True
+        if self._me not in listed or chore_owners(PLAN_CHORE, listed)[:1] != [self._me]:
+            return False
+        try:
+            seen = head if head is not None else store.claim(self._me, None)
+            written = store.publish(replace(seen, owner=self._me), self._encode(plan)[0])
+        except ManifestConflictError:
+            return False  # another publisher moved the head: read it next time
+        self._adopt(written, plan)
+        log.info("%s: published plan version %d (%d keys, %d members)", self._me, written.version,
+                 len(plan.owners), len(plan.members))
+        return True
+
+    def _adopt(self, head: ManifestHead, plan: Assignment) -> None:
+        self.baseline = Baseline(head.version, head.digest, {k: o[0] for k, o in plan.owners.items()})
+
+    def _encode(self, plan: Assignment) -> tuple[bytes, str]:
+        hit = self._encoded
+        if hit is None or hit[0] is not plan:
+            payload = encode(plan)
+            hit = (plan, payload, hashlib.sha256(payload).hexdigest())
+            self._encoded = hit
+        return hit[1], hit[2]
