@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
-from hashring import stable_assignment
+import functools
+from collections.abc import Callable
+
+from hashring import Assignment, stable_assignment
 from kinesis.lease_loop.decisions import SessionSeen
 from kinesis.lease_loop.lease_model import SessionRow
 from kinesis.lease_loop.scoped_reads import ScopedReads
@@ -96,3 +99,29 @@ def test_a_first_sight_of_a_session_leaves_a_newcomer_read_in_full_until_its_ses
     assert "d" in reads.stalled
     reads.judge({"d": SessionRow("d", "t", 2)}, {"d": SessionSeen("t", 1, 0.0, 0.0)}, now=0.5, tick_interval=1.0)
     assert "d" not in reads.stalled
+
+
+def test_a_plan_whose_owners_change_without_new_inputs_settles_again() -> None:
+    # a newly read baseline changes the plan for the same members and keys; a new but
+    # equal plan object does not
+    def every_tick_after(second: Callable[[Assignment], Assignment]) -> bool:
+        reads = ScopedReads("a")
+        first = reads.watched(stable_assignment(reads.members_tuple(MEMBERS), reads.keys_tuple(KEYS)), 1)
+        reads.new_plan(None, first, now=0.0)
+        due = functools.partial(reads.backups_due, interval=100.0, tick_interval=1.0, lease_duration=3.0)
+        assert due(20.0)  # past the first settling window: the next check is at 120
+        reads.new_plan(first, second(first), now=118.0)
+        assert due(120.0)
+        return due(121.0)
+
+    def equal(plan: Assignment) -> Assignment:
+        return Assignment(plan.members, dict(plan.owners), plan.quotas)
+
+    def one_key_moved(plan: Assignment) -> Assignment:
+        owners = dict(plan.owners)
+        key = KEYS[0]
+        owners[key] = (next(m for m in MEMBERS if m != owners[key][0]), *owners[key][1:])
+        return Assignment(plan.members, owners, plan.quotas)
+
+    assert not every_tick_after(equal)
+    assert every_tick_after(one_key_moved)

@@ -167,8 +167,12 @@ class ScopedReads:
 
     def new_plan(self, old: Assignment | None, plan: Assignment | None, now: float) -> None:
         """This round's plan (after :meth:`members_tuple` and :meth:`keys_tuple`): if its
-        inputs changed, the plan settles from ``now`` and newcomers are read in full."""
-        if self.inputs_changed():
+        inputs changed, or its owners did (a newly read baseline), the plan settles from
+        ``now`` and newcomers are read in full."""
+        changed = self.inputs_changed()
+        if not changed and old is not None and plan is not None and old is not plan:
+            changed = old.owners != plan.owners  # rare: only when the baseline moved
+        if changed:
             self._plan_changed_at = now
             if plan is not None:
                 self.plan_changed(old, plan)
