@@ -116,6 +116,9 @@ class PublishedPlan:
             return hit[1]
         if base is None:
             plan = stable_assignment(members, keys, weights=weights)
+            if weights is not None:  # weighted quotas can break float ties by holdings: settle them now
+                owners = {k: o[0] for k, o in plan.owners.items()}
+                plan = plan_assignment(members, keys, current_owners=owners, weights=weights)
         else:
             plan = plan_assignment(members, keys, current_owners=base.owners, weights=weights)
         self._plan = (inputs, plan)
