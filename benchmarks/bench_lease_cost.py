@@ -303,8 +303,9 @@ def model_scoped(k: int, n: int, s: Sizes = Sizes(), lease: float = D, *,
     each of its ``replicas`` predecessors (one BatchGetItem, eventually consistent) every
     ``check`` (default ``lease / 2``); two members sweep the table (one eventually consistent
     scan each) every ``sweep`` (``None``: leave the sweep out, as a window between sweeps
-    measures); renewals (the session, then each lease) every tick; membership outside
-    DynamoDB."""
+    measures), and every member re-reads the published plan's head (eventually consistent,
+    under 4 KB) as often, a backstop; renewals (the session, then each lease) every tick;
+    membership outside DynamoDB."""
     tick = lease / 3
     # a check runs on the first round (a tick or a light round, lease / 9 apart) after it is due
     check = (lease / 2 if check is None else check) + lease / 18
@@ -318,7 +319,8 @@ def model_scoped(k: int, n: int, s: Sizes = Sizes(), lease: float = D, *,
         return Cost(batch, rcu, renew, renew_wcu, 0.0)
     pages, scan_rcu = _scan_rcu(k * s.lease_row + n * s.session_row, consistent=False)
     sweepers = min(2, n)
-    return Cost(batch + sweepers * pages / sweep, rcu + sweepers * scan_rcu / sweep,
+    recheck = n / sweep  # kinesis.lease_loop.published_plan: the backstop head read
+    return Cost(batch + sweepers * pages / sweep + recheck, rcu + sweepers * scan_rcu / sweep + 0.5 * recheck,
                 renew, renew_wcu, sweepers * pages / sweep)
 
 

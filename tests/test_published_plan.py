@@ -12,14 +12,20 @@ import itertools
 import logging
 import random
 from collections import Counter
-from typing import Any
+from typing import Any, cast
 
 import pytest
+from botocore.exceptions import ClientError
 
 from hashring import Assignment, chore_owners, plan_assignment, stable_assignment
 from kinesis.lease_loop.coordinator import LeaseCoordinator
 from kinesis.lease_loop.leases import LeaseTable
-from kinesis.lease_loop.manifest_store import ManifestCorruptError, ManifestStore
+from kinesis.lease_loop.manifest_store import (
+    ManifestConflictError,
+    ManifestCorruptError,
+    ManifestHead,
+    ManifestStore,
+)
 from kinesis.lease_loop.published_plan import (
     DOCUMENT,
     PLAN_CHORE,
@@ -56,8 +62,25 @@ def members_with_publisher(n: int) -> tuple[list[str], str]:
     return members, chore_owners(PLAN_CHORE, members)[0]
 
 
+def follow(p: PublishedPlan, plan: Assignment, listed: list[str], now: float, *, full: bool = True,
+           ready: bool = True, recheck: float = 1000.0) -> None:
+    p.follow(plan, listed, now, full=full, ready=ready, tick_interval=TICK, recheck_interval=recheck)
+
+
 def plan_of(p: PublishedPlan, members: list[str], keys: list[str]) -> Assignment:
     return p.plan(tuple(sorted(members)), tuple(keys), None)
+
+
+def first_publish(aws: LocalAWS, name: str, n: int, n_keys: int
+                  ) -> tuple[Counted, list[str], list[str], str, PublishedPlan]:
+    """A table on which the chore owner of ``n`` members published version 1 of ``n_keys`` keys:
+    (table, members, keys, the publisher, its PublishedPlan)."""
+    t = Counted(aws, name)
+    members, publisher = members_with_publisher(n)
+    keys = [f"k{i}" for i in range(n_keys)]
+    pub = t.member(publisher)
+    follow(pub, plan_of(pub, members, keys), members, 0.0)
+    return t, members, keys, publisher, pub
 
 
 def test_payload_round_trip_and_corrupt_payloads_are_named() -> None:
@@ -96,30 +119,26 @@ def test_only_the_chore_owner_publishes_and_the_others_adopt_without_reading_chu
     others = [m for m in members if m != publisher]
     fleet = {m: t.member(m) for m in members}
     for m in others:  # before anything is published: the head is read, nothing written
-        fleet[m].follow(plan_of(fleet[m], members, keys), members, 0.0, full=True, tick_interval=TICK)
+        follow(fleet[m], plan_of(fleet[m], members, keys), members, 0.0)
     assert t.calls["PutItem"] == 0 and all(fleet[m].baseline is None for m in others)
     first = plan_of(fleet[publisher], members, keys)
-    fleet[publisher].follow(first, members, 0.0, full=True, tick_interval=TICK)
+    follow(fleet[publisher], first, members, 0.0)
     baseline = fleet[publisher].baseline
     assert baseline is not None and baseline.version == 1
     assert baseline.owners == {k: o[0] for k, o in stable_assignment(members, keys).owners.items()}
     t.calls.clear()
     for m in others:  # the head names their own plan: adopted from the head alone
-        fleet[m].follow(plan_of(fleet[m], members, keys), members, 1.0, full=True, tick_interval=TICK)
+        follow(fleet[m], plan_of(fleet[m], members, keys), members, 1.0)
         assert fleet[m].baseline == baseline
     assert t.calls == Counter({"GetItem": len(others)})
     t.calls.clear()
     for m in members:  # steady state: the plan is the baseline; nothing is read
-        fleet[m].follow(plan_of(fleet[m], members, keys), members, 2.0, full=True, tick_interval=TICK)
+        follow(fleet[m], plan_of(fleet[m], members, keys), members, 2.0)
     assert sum(t.calls.values()) == 0
 
 
 def test_a_join_is_planned_from_the_baseline_before_it_is_published(aws: LocalAWS) -> None:
-    t = Counted(aws, "plan-join")
-    members, publisher = members_with_publisher(5)
-    keys = [f"k{i}" for i in range(12)]
-    pub = t.member(publisher)
-    pub.follow(plan_of(pub, members, keys), members, 0.0, full=True, tick_interval=TICK)
+    _t, members, keys, _publisher, pub = first_publish(aws, "plan-join", 5, 12)
     old = pub.baseline
     assert old is not None
     joined = [*members, "new"]
@@ -127,22 +146,18 @@ def test_a_join_is_planned_from_the_baseline_before_it_is_published(aws: LocalAW
     assert plan == plan_assignment(sorted(joined), keys, current_owners=old.owners)
     assert plan.moves_from(old.owners) == len(plan.keys_of("new")) == 2  # the optimum: 12 // 6
     assert stable_assignment(joined, keys).moves_from(old.owners) > 2  # what planning alone moves
-    pub.follow(plan, joined, 1.0, full=True, tick_interval=TICK)
+    follow(pub, plan, joined, 1.0)
     assert pub.baseline is not None and pub.baseline.version == 2
     assert plan_of(pub, joined, keys) == plan and not pub.pending(plan_of(pub, joined, keys))
 
 
 def test_a_member_with_another_plan_reads_the_published_one_once(aws: LocalAWS) -> None:
-    t = Counted(aws, "plan-other")
-    members, publisher = members_with_publisher(5)
-    keys = [f"k{i}" for i in range(12)]
-    pub = t.member(publisher)
-    pub.follow(plan_of(pub, members, keys), members, 0.0, full=True, tick_interval=TICK)
+    t, members, keys, publisher, pub = first_publish(aws, "plan-other", 5, 12)
     late = next(m for m in members if m != publisher)
     lagging = t.member(late)  # it never saw version 1, and sees a member list with a newcomer
     seen = plan_of(lagging, [*members, "new"], keys)
     t.calls.clear()
-    lagging.follow(seen, [*members, "new"], 0.0, full=True, tick_interval=TICK)
+    follow(lagging, seen, [*members, "new"], 0.0)
     assert lagging.baseline == pub.baseline  # read from the chunks (digest-checked)
     assert t.calls["BatchGetItem"] == 1 and t.calls["PutItem"] == 0
     replanned = plan_of(lagging, [*members, "new"], keys)
@@ -158,32 +173,116 @@ def test_the_poll_backs_off_while_nothing_is_published(aws: LocalAWS) -> None:
     polls = []
     for tick in range(40):
         before = t.calls["GetItem"]
-        p.follow(plan, members, float(tick), full=True, tick_interval=TICK)
+        follow(p, plan, members, float(tick))
         if t.calls["GetItem"] > before:
             polls.append(tick)
     assert polls[:4] == [0, 1, 2, 4] and all(b - a <= 8 for a, b in itertools.pairwise(polls))
     assert len(polls) < 10
     before = t.calls["GetItem"]
-    p.follow(plan, members, 40.5, full=False, tick_interval=TICK)  # light rounds never read
+    follow(p, plan, members, 40.5, full=False)  # light rounds never read
     assert t.calls["GetItem"] == before
 
 
 def test_a_corrupt_plan_is_logged_and_planning_goes_on(aws: LocalAWS, caplog: pytest.LogCaptureFixture) -> None:
-    t = Counted(aws, "plan-corrupt")
-    members, publisher = members_with_publisher(3)
-    keys = [f"k{i}" for i in range(6)]
-    pub = t.member(publisher)
-    pub.follow(plan_of(pub, members, keys), members, 0.0, full=True, tick_interval=TICK)
+    t, members, keys, publisher, _pub = first_publish(aws, "plan-corrupt", 3, 6)
     store = ManifestStore(t.table, DOCUMENT)
     head = store.head(consistent=True)
     assert head is not None
-    t.table.call("put_item", Item={"leaseKey": {"S": f"{store.head_key}#1#0"}, "data": {"B": b"garbage"}})
+    chunk = store.chunk_key(head.version, head.chunk_id, 0)
+    t.table.call("put_item", Item={"leaseKey": {"S": chunk}, "data": {"B": b"garbage"}})
     me = next(m for m in members if m != publisher)
     p = t.member(me)
     with caplog.at_level(logging.WARNING, logger="kinesis.lease_loop.coordinator"):
-        p.follow(plan_of(p, [*members, "x"], keys), [*members, "x"], 0.0, full=True, tick_interval=TICK)
+        follow(p, plan_of(p, [*members, "x"], keys), [*members, "x"], 0.0)
     assert p.baseline is None and "could not be followed" in caplog.text and "do not decompress" in caplog.text
     assert plan_of(p, [*members, "x"], keys) == stable_assignment([*members, "x"], keys)
+
+
+def test_two_publishers_of_one_version_never_destroy_each_others_chunks(aws: LocalAWS) -> None:
+    # two members that both think they own the chore (different member lists) publish the
+    # same version: the loser's chunks never overwrite the winner's, and it deletes only its own
+    table = LeaseTable.open(aws.client("dynamodb"), "plan-race")
+    a, b = ManifestStore(table, DOCUMENT), ManifestStore(table, DOCUMENT)
+    first = a.publish(a.claim("a", None), b"one")
+    won = a.publish(first, b"two, from a")
+    with pytest.raises(ManifestConflictError):
+        b.publish(first, b"two, from b")  # it read version 1 too
+    head = a.head(consistent=True)
+    assert head == won and a.read(head) == b"two, from a"
+    third = a.publish(won, b"three")  # and the chunks of version 1 go once version 3 is out
+    assert a.read(third) == b"three"
+    with pytest.raises(ManifestConflictError, match="are gone"):
+        a.read(first)
+
+
+class StaleHeads(ManifestStore):
+    """A store whose eventually consistent head reads return ``stale`` (a lagging replica)."""
+
+    stale: ManifestHead | None = None
+
+    def head(self, *, consistent: bool = False) -> ManifestHead | None:
+        if not consistent and self.stale is not None:
+            return self.stale
+        return super().head(consistent=consistent)
+
+
+def test_an_older_head_is_confirmed_before_the_baseline_goes_back(aws: LocalAWS) -> None:
+    t, members, keys, publisher, pub = first_publish(aws, "plan-older", 3, 9)
+    v1 = ManifestStore(t.table, DOCUMENT).head(consistent=True)
+    follow(pub, plan_of(pub, [*members, "x"], keys), [*members, "x"], 1.0)
+    store = StaleHeads(t.table, DOCUMENT)
+    me = PublishedPlan(store, next(m for m in members if m != publisher))
+    follow(me, plan_of(me, [*members, "x"], keys), [*members, "x"], 1.0)
+    assert me.baseline is not None and me.baseline == pub.baseline and me.version == 2
+    store.stale = v1  # a stale replica answers the next read
+    me.heard(3)
+    follow(me, plan_of(me, [*members, "x"], keys), [*members, "x"], 2.0)
+    assert me.version == 2 and me.baseline == pub.baseline  # confirmed by a consistent read: kept
+    # the head is rebuilt from version 1 (its rows deleted): a consistent read confirms it
+    store.stale = None
+    for item in t.table.call("scan", ConsistentRead=True)["Items"]:
+        if item["leaseKey"]["S"].startswith(store.head_key):
+            t.table.call("delete_item", Key={"leaseKey": item["leaseKey"]})
+    fresh = t.member(publisher)
+    follow(fresh, plan_of(fresh, members, keys), members, 3.0)
+    assert fresh.version == 1
+    follow(me, plan_of(me, [*members, "x"], keys), [*members, "x"], 1003.0)  # the backstop read
+    assert me.baseline == fresh.baseline
+
+
+def test_a_member_with_nothing_pending_rereads_the_head_only_when_told_or_rarely(aws: LocalAWS) -> None:
+    t, members, keys, _publisher, pub = first_publish(aws, "plan-recheck", 3, 6)
+    t.calls.clear()
+    for tick in range(1, 10):
+        follow(pub, plan_of(pub, members, keys), members, float(tick), recheck=10.0)
+    assert t.calls["GetItem"] == 0
+    follow(pub, plan_of(pub, members, keys), members, 10.0, recheck=10.0)
+    assert t.calls["GetItem"] == 1
+    pub.heard(1)  # its own version: nothing to catch up with
+    follow(pub, plan_of(pub, members, keys), members, 11.0, recheck=10.0)
+    assert t.calls["GetItem"] == 1
+    pub.heard(2)
+    follow(pub, plan_of(pub, members, keys), members, 12.0, recheck=10.0)
+    assert t.calls["GetItem"] == 2
+
+
+def test_a_stopping_chore_owner_does_not_publish(aws: LocalAWS) -> None:
+    t = Counted(aws, "plan-stopping")
+    members, publisher = members_with_publisher(3)
+    pub = t.member(publisher)
+    follow(pub, plan_of(pub, members, ["k0", "k1"]), members, 0.0, ready=False)
+    assert t.calls["PutItem"] == 0 and t.calls["UpdateItem"] == 0 and pub.baseline is None
+
+
+def test_an_aws_error_while_following_is_logged_and_the_round_goes_on(caplog: pytest.LogCaptureFixture) -> None:
+    class Denied(ManifestStore):
+        def head(self, *, consistent: bool = False) -> ManifestHead | None:
+            raise ClientError({"Error": {"Code": "ValidationException", "Message": "no"}}, "GetItem")
+
+    p = PublishedPlan(Denied(cast(Any, None), DOCUMENT), "a")
+    with caplog.at_level(logging.WARNING, logger="kinesis.lease_loop.coordinator"):
+        follow(p, plan_of(p, ["a", "b"], ["k0"]), ["a", "b"], 0.0)
+    assert "could not be followed" in caplog.text and "ValidationException" in caplog.text
 
 
 # --- fleets of scoped coordinators -----------------------------------------------------
@@ -284,3 +383,23 @@ def test_a_dead_publisher_leaves_planning_from_the_last_baseline(aws: LocalAWS) 
     coordinator: LeaseCoordinator = fleet.coordinators["pod-new"]
     base = coordinator._reads._planner.published.baseline
     assert base is not None and base.owners == {k: o for k, o in owners.items() if o is not None}
+
+
+def test_a_member_that_missed_a_change_catches_up_through_its_predecessors_session(aws: LocalAWS) -> None:
+    # pod-1 never sees pod-2 leave (a lagging watch): the others move to a plan without
+    # pod-2, then back with it, so pod-1's baseline is two versions old while its plan still
+    # equals it. Its predecessor's session row names the newer version: pod-1 reads the
+    # plan and agrees again (without, offers to it would never be adopted)
+    keys = [f"q-{i:03d}" for i in range(24)]
+    members = [f"pod-{i}" for i in range(5)]
+    fleet = Fleet(LeaseTable.open(aws.client("dynamodb"), "missed-change"), keys, members, reads="scoped")
+    settle(fleet, keys)
+    for member, membership in fleet.memberships.items():
+        if member != "pod-1":
+            membership.set_members([m for m in members if m != "pod-2"])
+    for _ in range(12):
+        fleet.round()
+    fleet.sync_membership(members)
+    settle(fleet, keys, limit=30)  # well inside the backstop re-read (the sweep interval, 90 ticks here)
+    published = fleet.coordinators["pod-1"]._reads._planner.published
+    assert published.version == fleet.coordinators["pod-0"]._reads._planner.published.version >= 3

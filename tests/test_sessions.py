@@ -43,6 +43,13 @@ def test_a_session_is_renewed_under_its_token_and_a_second_process_is_named(tabl
     assert again.token != "t2" and again.counter == 1
 
 
+def test_a_session_row_records_the_plan_version_its_member_plans_from(table: LeaseTable) -> None:
+    assert table.renew_session("a", "t1", None, plan_version=4) == SessionRow("a", "t1", 1, 4)
+    assert table.renew_session("a", "t1", 1, plan_version=5) == SessionRow("a", "t1", 2, 5)
+    assert table.read_rows([], ["a"])[1]["a"] == SessionRow("a", "t1", 2, 5)
+    assert table.renew_session("b", "t2", None) == SessionRow("b", "t2", 1, 0)  # none: no attribute
+
+
 def test_a_scan_sorts_session_rows_out_of_the_leases(table: LeaseTable) -> None:
     table.renew_session("a", "t1", None)
     lease = table.create_lease_if_absent("k", owner="a", session="t1")
@@ -123,12 +130,13 @@ class FlakySessions(LeaseTable):
     down = False
     applied = False
 
-    def renew_session(self, member_id: str, token: str, previous: int | None) -> SessionRow:
+    def renew_session(self, member_id: str, token: str, previous: int | None, *, plan_version: int = 0
+                      ) -> SessionRow:
         if self.down:
             if self.applied:
-                super().renew_session(member_id, token, previous)
+                super().renew_session(member_id, token, previous, plan_version=plan_version)
             raise LeaseTableUnavailableError("throttled")
-        return super().renew_session(member_id, token, previous)
+        return super().renew_session(member_id, token, previous, plan_version=plan_version)
 
 
 def test_a_lease_is_valid_from_the_last_session_renewal_and_stops_growing_without_one(aws: LocalAWS) -> None:

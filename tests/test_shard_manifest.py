@@ -42,7 +42,7 @@ def table(aws: LocalAWS) -> LeaseTable:
 
 def chunk_keys(table: LeaseTable) -> set[str]:
     items = table.client.scan(TableName=TABLE)["Items"]
-    return {i["leaseKey"]["S"] for i in items if i["leaseKey"]["S"].count("#") == 3}
+    return {i["leaseKey"]["S"] for i in items if i["leaseKey"]["S"].count("#") >= 3}
 
 
 # --- the store ---------------------------------------------------------------------------

@@ -82,6 +82,8 @@ class LeaseHolder:
         self._session_sent = -math.inf  # send time of the last session renewal that completed
         self._session_uncertain = False  # the last renewal failed: it may have been applied anyway
         self._session_lock = threading.Lock()
+        self.plan_version = 0
+        """The published plan this member plans from, recorded in its session row (set by the round)."""
 
     # --- reads (any thread) -------------------------------------------------------------
 
@@ -183,7 +185,7 @@ class LeaseHolder:
                     self.session, previous = uuid.uuid4().hex, None  # time: start a session of our own
                     self._session_uncertain = False
             try:
-                row = self.table.renew_session(self._me, self.session, previous)
+                row = self.table.renew_session(self._me, self.session, previous, plan_version=self.plan_version)
             except BaseException as exc:
                 with self.lock:  # it may have been applied: the next success cannot say when
                     self._session_uncertain = True

@@ -83,6 +83,8 @@ MEMBER_PREFIX = "__member__#"
 SESSION_PREFIX = "__session__#"
 """Key prefix of session rows (one per running member)."""
 SESSION_TOKEN = "sessionToken"
+PLAN_VERSION = "planVersion"
+"""On a session row: the version of the published plan its member plans from (scoped reads)."""
 RESERVED_PREFIX = "__"
 """Lease keys may not start with this: the table's internal rows use it."""
 MEMBER_ID = "memberId"
@@ -163,6 +165,8 @@ class SessionRow:
     member_id: str
     token: str
     counter: int
+    plan_version: int = 0
+    """The published plan its member plans from (0: none, or not recorded)."""
 
 
 @dataclass(frozen=True)
@@ -334,7 +338,8 @@ def session_from_item(item: Mapping[str, Any]) -> SessionRow:
     try:
         if not isinstance(key, str) or not key.startswith(SESSION_PREFIX) or key == SESSION_PREFIX:
             raise ValueError("not a session row key")
-        return SessionRow(key[len(SESSION_PREFIX):], _s(item, SESSION_TOKEN) or "", _n(item, COUNTER))
+        return SessionRow(key[len(SESSION_PREFIX):], _s(item, SESSION_TOKEN) or "", _n(item, COUNTER),
+                          _n(item, PLAN_VERSION, default=0))
     except ValueError as exc:
         raise CorruptLeaseError(str(key), str(exc)) from None
 

@@ -201,9 +201,10 @@ class LeaseTable:
 
     # --- session rows ----------------------------------------------------------------
 
-    def renew_session(self, member_id: str, token: str, previous: int | None) -> SessionRow:
+    def renew_session(self, member_id: str, token: str, previous: int | None, *, plan_version: int = 0
+                      ) -> SessionRow:
         """Renew member ``member_id``'s session (see :mod:`~kinesis.lease_loop.session_rows`)."""
-        return self._sessions.renew(member_id, token, previous)
+        return self._sessions.renew(member_id, token, previous, plan_version=plan_version)
 
     def delete_session(self, member_id: str, token: str, counter: int | None = None) -> bool:
         """Delete ``member_id``'s session row if it still has ``token`` (and ``counter``)."""

@@ -4,13 +4,17 @@ The document (for the Worker: a stream's shard manifest) is stored as a *head* r
 immutable *chunk* rows, each under DynamoDB's 400 KB item limit:
 
 * ``__manifest__#<name>``: the head: ``version``, ``chunks``, ``digest`` (sha256 of the
-  payload), and the chore's fencing pair ``owner`` + ``counter`` (like a lease: every head
-  write is conditional on the counter the writer read and adds one);
-* ``__manifest__#<name>#<version>#<i>``: chunk ``i`` of that version (zlib-compressed bytes).
+  payload), ``chunkId`` (a random id per publish; ``prevChunkId``: the previous version's),
+  and the chore's fencing pair ``owner`` + ``counter`` (like a lease: every head write is
+  conditional on the counter the writer read and adds one);
+* ``__manifest__#<name>#<version>#<chunkId>#<i>``: chunk ``i`` of that version
+  (zlib-compressed bytes; ``#<version>#<i>`` for a head written without a chunk id).
 
-A publisher writes the chunks of the new version first, then the head (conditional on the
-counter it read), then deletes the chunks of the version before the previous one (a reader
-that read the previous head can still read its chunks). Readers poll the head (one small,
+A publisher writes the chunks of the new version first, under a chunk id of its own (two
+publishers racing for one version never overwrite each other's chunks, and the loser deletes
+only its own), then the head (conditional on the counter it read), then deletes the chunks of
+the version before the previous one (a reader that read the previous head can still read its
+chunks). Readers poll the head (one small,
 eventually consistent GetItem) and read chunks only when the version moves, with strongly
 consistent reads (chunks are written before the head that names them, so a reader that sees
 the head finds them). The owner renews the head (``counter + 1``) every tick; a head whose
@@ -21,8 +25,9 @@ may be claimed, exactly as an expired lease. Reserved rows are skipped by every 
 from __future__ import annotations
 
 import hashlib
+import uuid
 import zlib
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from botocore.exceptions import ClientError
@@ -55,6 +60,10 @@ class ManifestHead:
     digest: str
     owner: str
     counter: int
+    chunk_id: str = ""
+    """The id in this version's chunk keys ("": a head written without one)."""
+    previous_chunk_id: str = ""
+    """The previous version's chunk id (its chunks are deleted by the next publish)."""
 
 
 class ManifestStore:
@@ -70,8 +79,9 @@ class ManifestStore:
         self.chunk_bytes = chunk_bytes
         self.head_key = f"{PREFIX}{name}"
 
-    def _chunk_key(self, version: int, i: int) -> str:
-        return f"{self.head_key}#{version}#{i}"
+    def chunk_key(self, version: int, chunk_id: str, i: int) -> str:
+        """The key of chunk ``i`` of ``version`` published under ``chunk_id``."""
+        return f"{self.head_key}#{version}#{chunk_id}#{i}" if chunk_id else f"{self.head_key}#{version}#{i}"
 
     # --- reads -----------------------------------------------------------------------
 
@@ -84,7 +94,7 @@ class ManifestStore:
         """The payload ``head`` names (its chunks, checked against its digest)."""
         if head.chunks == 0:
             return b""
-        keys = [self._chunk_key(head.version, i) for i in range(head.chunks)]
+        keys = [self.chunk_key(head.version, head.chunk_id, i) for i in range(head.chunks)]
         items = self.table.get_items(keys, consistent=True)
         parts = {k: bytes(item.get("data", {}).get("B", b"")) for k, item in items.items()}
         missing = [k for k in keys if k not in parts]
@@ -108,9 +118,7 @@ class ManifestStore:
         (``None``: no head yet). Raises :class:`ManifestConflictError` if the head moved."""
         if seen is None:
             return self._put_head(ManifestHead(self.name, 0, 0, _EMPTY_DIGEST, owner, 1), None)
-        return self._put_head(
-            ManifestHead(self.name, seen.version, seen.chunks, seen.digest, owner, seen.counter + 1), seen
-        )
+        return self._put_head(replace(seen, owner=owner, counter=seen.counter + 1), seen)
 
     def renew(self, head: ManifestHead) -> ManifestHead:
         """The owner's heartbeat: counter + 1, conditional on ``head``."""
@@ -121,26 +129,26 @@ class ManifestStore:
         it). Chunks first, then the head; chunks two versions old are deleted after."""
         data = zlib.compress(payload, 6)
         chunks = [data[i : i + self.chunk_bytes] for i in range(0, len(data), self.chunk_bytes)]
-        version = head.version + 1
+        version, chunk_id = head.version + 1, uuid.uuid4().hex[:12]
         for i, chunk in enumerate(chunks):
-            self.table.call("put_item", Item={m.KEY: {"S": self._chunk_key(version, i)}, "data": {"B": chunk}})
-        new = ManifestHead(
-            self.name, version, len(chunks), hashlib.sha256(payload).hexdigest(), head.owner, head.counter + 1
-        )
+            key = self.chunk_key(version, chunk_id, i)
+            self.table.call("put_item", Item={m.KEY: {"S": key}, "data": {"B": chunk}})
+        new = ManifestHead(self.name, version, len(chunks), hashlib.sha256(payload).hexdigest(), head.owner,
+                           head.counter + 1, chunk_id, head.chunk_id)
         try:
             written = self._put_head(new, head)
         except ManifestConflictError:
-            self._delete_chunks(version, len(chunks))
+            self._delete_chunks(version, chunk_id, len(chunks))  # ours alone: the id is unique
             raise
         if head.version >= 2:
-            self._delete_chunks(head.version - 1, None)
+            self._delete_chunks(head.version - 1, head.previous_chunk_id, None)
         return written
 
-    def _delete_chunks(self, version: int, count: int | None) -> None:
+    def _delete_chunks(self, version: int, chunk_id: str, count: int | None) -> None:
         """Delete the chunk rows of ``version`` (``count`` unknown: until one is missing)."""
         i = 0
         while count is None or i < count:
-            key = {m.KEY: {"S": self._chunk_key(version, i)}}
+            key = {m.KEY: {"S": self.chunk_key(version, chunk_id, i)}}
             response = self.table.call("delete_item", Key=key, ReturnValues="ALL_OLD")
             if count is None and not response.get("Attributes"):
                 return
@@ -155,6 +163,9 @@ class ManifestStore:
             "owner": {"S": new.owner},
             "counter": {"N": str(new.counter)},
         }
+        for name, value in (("chunkId", new.chunk_id), ("prevChunkId", new.previous_chunk_id)):
+            if value:
+                item[name] = {"S": value}
         if seen is None:
             condition, values = "attribute_not_exists(#k)", None
         else:
@@ -190,8 +201,10 @@ class ManifestStore:
                 item["digest"]["S"],
                 item["owner"]["S"],
                 int(item["counter"]["N"]),
+                str(item.get("chunkId", {}).get("S", "")),
+                str(item.get("prevChunkId", {}).get("S", "")),
             )
-        except (KeyError, ValueError, TypeError) as exc:
+        except (KeyError, ValueError, TypeError, AttributeError) as exc:
             raise ManifestCorruptError(self.head_key, f"head row unreadable ({exc!r}): delete it to rebuild") from exc
 
 

@@ -52,7 +52,9 @@ class Planner:
         current = {k: rows[k].owner for k in keys if k in rows}
         return plan_assignment(members, keys, current_owners=current, weights=weights, replicas=replicas)
 
-    def follow(self, listed: list[str], now: float, *, full: bool, tick_interval: float) -> None:
+    def follow(self, listed: list[str], now: float, *, full: bool, ready: bool, tick_interval: float,
+               recheck_interval: float) -> None:
         """Move the baseline towards the last scoped plan (:meth:`PublishedPlan.follow`)."""
         if self.base is not None:
-            self.published.follow(self.base, listed, now, full=full, tick_interval=tick_interval)
+            self.published.follow(self.base, listed, now, full=full, ready=ready, tick_interval=tick_interval,
+                                  recheck_interval=recheck_interval)

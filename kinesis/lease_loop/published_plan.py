@@ -16,15 +16,24 @@ zlib-compressed chunks). Every member computes
   moment it sees the member list change; publishing only moves the baseline forward for
   the next change. Before any baseline exists, the plan is ``stable_assignment``.
 
-Publishing is a chore: the owner of the reserved ring key ``__chore__/plan`` publishes its
-plan when it differs from the head's, conditional on the head it read (so versions form
-one chain; a publisher whose baseline is not the head reads the head first). Everyone else
-reads the head (one small, eventually consistent GetItem) on each tick while its plan
+Publishing is a chore: the owner of the reserved ring key ``__chore__/plan``, while ready
+(listed and not stopping), publishes its plan when it differs from the head's, conditional
+on the head it read (so versions form one chain; a publisher whose baseline is not the head
+reads the head first; racing publishers write their chunks under ids of their own). Everyone
+else reads the head (one small, eventually consistent GetItem) on each tick while its plan
 differs from its baseline, backing off to every 2, 4, then 8 ticks after three reads in a
 row found nothing new. If the head's digest is that of its own plan, that plan becomes the
 baseline without another read (the usual case: a head read or two per member per change);
-if the head is another version, its chunks are read once. In steady state (plan =
-baseline) nothing is read.
+if the head is another version, its chunks are read once. A head not newer than the
+baseline (a stale replica, or a head rebuilt from version 1) is confirmed by a consistent
+read first, so the baseline never goes back on a stale read.
+
+A member whose plan equals an old baseline (it missed a change: a lagging member list)
+would never look again, and offers made to it under the newer plan would wait forever. So
+every session row records the version its member plans from (``planVersion``): a member
+that reads a watched predecessor's session with a newer version reads the head at its next
+tick; and every ``recheck_interval`` (the sweep interval) each member reads it anyway. In
+steady state (plan = baseline) nothing else is read.
 
 The plan is advice, not a lock: every take and hand-off stays a conditional write on the
 row read, so a stale, missing, corrupt or unreadable baseline costs moves, never safety;
@@ -40,6 +49,8 @@ import logging
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
+
+from botocore.exceptions import BotoCoreError, ClientError
 
 from hashring import Assignment, chore_owners, plan_assignment, stable_assignment
 from kinesis.errors import KinesisHashRingError
@@ -104,6 +115,9 @@ class PublishedPlan:
         self._encoded: tuple[Assignment, bytes, str] | None = None
         self._next_poll = -math.inf
         self._misses = 0
+        self._pending_digest = ""  # the plan the current run of head reads is for
+        self._behind = False  # a member with a newer baseline was heard of
+        self._last_read = -math.inf
 
     def plan(self, members: tuple[str, ...], keys: tuple[str, ...],
              weights: Mapping[str, float] | None) -> Assignment:
@@ -128,32 +142,72 @@ class PublishedPlan:
         """Whether ``plan`` differs from the baseline (a change not yet published or adopted)."""
         return self.baseline is None or self._encode(plan)[1] != self.baseline.digest
 
-    def follow(self, plan: Assignment, listed: list[str], now: float, *, full: bool, tick_interval: float) -> None:
-        """Move the baseline towards ``plan`` (this round's plan): adopt the head when it
-        publishes ``plan``, read it when it is another version, publish ``plan`` when this
-        member owns the chore among ``listed``. Only on a tick (``full``), with backoff."""
-        if self._store is None or not full or now < self._next_poll or not self.pending(plan):
+    def heard(self, version: int) -> None:
+        """Another member runs with baseline ``version`` (its session row says so): if that
+        is newer than this member's, read the head at the next tick even if nothing is
+        pending (a member that missed a change must not keep an old baseline forever)."""
+        if version > (self.baseline.version if self.baseline is not None else 0):
+            self._behind = True
+
+    @property
+    def version(self) -> int:
+        """The baseline's version (0: none), recorded in this member's session row."""
+        return self.baseline.version if self.baseline is not None else 0
+
+    def follow(self, plan: Assignment, listed: list[str], now: float, *, full: bool, ready: bool,
+               tick_interval: float, recheck_interval: float) -> None:
+        """Move the baseline towards ``plan`` (this round's plan) on a tick (``full``):
+
+        * while ``plan`` is pending, read the head (backing off while nothing new comes):
+          adopt it when it publishes ``plan``, read it when it is another version, publish
+          ``plan`` when this member is ``ready`` and owns the chore among ``listed``;
+        * otherwise read the head only if another member was :meth:`heard` with a newer
+          baseline, or ``recheck_interval`` passed since the last read (a backstop).
+
+        Errors are logged; the baseline held stays."""
+        if self._store is None or not full:
             return
+        digest = self._encode(plan)[1]
+        pending = self.baseline is None or digest != self.baseline.digest
+        if pending and digest != self._pending_digest:  # a new change: read now, no backoff carried over
+            self._pending_digest, self._misses, self._next_poll = digest, 0, -math.inf
+        if pending:
+            due = now >= self._next_poll
+        else:
+            due = self._behind or now - self._last_read >= recheck_interval
+        if not due:
+            return
+        self._behind, self._last_read = False, now
         try:
-            moved = self._follow(self._store, plan, listed)
-        except KinesisHashRingError as exc:  # table errors, a corrupt head or plan: keep the baseline
+            moved = self._follow(self._store, plan, listed, publish=pending and ready)
+        except (KinesisHashRingError, BotoCoreError, ClientError) as exc:  # keep the baseline
             log.warning("%s: the published plan could not be followed: %s", self._me, exc)
             moved = False
         self._misses = 0 if moved else self._misses + 1
         wait = min(2 ** max(self._misses - FREE_POLLS + 1, 0), MAX_BACKOFF_TICKS)
         self._next_poll = now + (wait - 0.01) * tick_interval
 
-    def _follow(self, store: ManifestStore, plan: Assignment, listed: list[str]) -> bool:
+    def _differs(self, head: ManifestHead | None) -> bool:
+        """Whether ``head`` names a published plan other than the baseline."""
+        if head is None or head.version == 0:  # none, or claimed and never published
+            return False
+        base = self.baseline
+        return base is None or (head.version, head.digest) != (base.version, base.digest)
+
+    def _follow(self, store: ManifestStore, plan: Assignment, listed: list[str], *, publish: bool) -> bool:
         head = store.head()
-        version = self.baseline.version if self.baseline is not None else 0
-        if head is not None and head.version != version:
+        if self._differs(head) and self.baseline is not None and head is not None \
+                and head.version <= self.baseline.version:
+            head = store.head(consistent=True)  # not newer: a stale read, or a head rebuilt from 1
+        if self._differs(head):
+            assert head is not None
             if head.digest == self._encode(plan)[1]:
                 self._adopt(head, plan)
             else:
                 owners = decode(store.read(head), store.head_key)
                 self.baseline = Baseline(head.version, head.digest, owners)
             return True
-        if self._me not in listed or chore_owners(PLAN_CHORE, listed)[:1] != [self._me]:
+        if not publish or self._me not in listed or chore_owners(PLAN_CHORE, listed)[:1] != [self._me]:
             return False
         try:
             seen = head if head is not None else store.claim(self._me, None)

@@ -22,7 +22,7 @@ list gives none (the round then only renews). Used by the round only, under the 
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 
 from hashring import Assignment
@@ -30,7 +30,7 @@ from kinesis.lease_loop.clock import Clock
 from kinesis.lease_loop.coordinator_settings import CoordinatorSettings
 from kinesis.lease_loop.decisions import Snapshot, stale_sessions
 from kinesis.lease_loop.holder import LeaseHolder
-from kinesis.lease_loop.lease_model import Lease, TableSnapshot
+from kinesis.lease_loop.lease_model import Lease, SessionRow, TableSnapshot
 from kinesis.lease_loop.member_list import MemberList
 from kinesis.lease_loop.observations import Observations
 from kinesis.lease_loop.planner import Planner
@@ -100,7 +100,7 @@ class RoundReads:
         ready = self._me in listed and not self._holder.stopping
         plan = self._planner(listed, self._obs.suspicions.suspects, keys, snapshot.leases, ready=ready)
         self.last_plan = plan
-        self._planner.follow(listed, now, full=full, tick_interval=self._s.timing.tick_interval)
+        self._follow_plan(snapshot.sessions.values(), listed, now, full=full, ready=ready)
         return self._view(snap, plan, keys, keys, ready)
 
     def _scoped_round(self, *, full: bool) -> RoundView | None:
@@ -119,13 +119,13 @@ class RoundReads:
         self.last_plan = plan
         held = self._holder.keys()
         timing = self._s.timing
-        self._planner.follow(listed, now, full=full, tick_interval=timing.tick_interval)
         wanted, watched = self._scoped.rows_to_read(  # watched: members whose session row is read
             plan, held, keys, now, full=full, interval=self._s.backup_check_interval,
             tick_interval=timing.tick_interval, lease_duration=timing.lease_duration)
         rows, sessions = self._holder.table.read_rows(wanted, watched) if wanted or watched else ({}, {})
         if rows or sessions or held:
             self._record.table_read()
+        self._follow_plan((r for r in sessions.values() if r is not None), listed, now, full=full, ready=ready)
         self._scoped.judge(sessions, self._obs.sessions, now, timing.tick_interval)
         found = {k: v for k, v in rows.items() if v is not None}
         active = self._obs.observe_sessions(sessions, now)  # rows read late are no news of their holder
@@ -135,6 +135,16 @@ class RoundReads:
         snap = self._snapshot(now, found, to_take)
         self._obs.suspect(snap, active)
         return self._view(snap, plan, keys, to_take, ready)
+
+    def _follow_plan(self, sessions: Iterable[SessionRow], listed: list[str], now: float, *, full: bool,
+                     ready: bool) -> None:
+        """Scoped: hear the plan versions the sessions read record, follow the published plan
+        (:meth:`Planner.follow`), and record this member's version for its next session renewal."""
+        published = self._planner.published
+        published.heard(max((r.plan_version for r in sessions), default=0))
+        self._planner.follow(listed, now, full=full, ready=ready, tick_interval=self._s.timing.tick_interval,
+                             recheck_interval=self._s.sweep_interval)
+        self._holder.plan_version = published.version
 
     def _delete_stale_sessions(self, snapshot: TableSnapshot, listed: list[str], now: float) -> None:
         """The session chore (:func:`~kinesis.lease_loop.decisions.stale_sessions`) after a full read."""

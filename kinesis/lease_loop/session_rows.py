@@ -32,9 +32,10 @@ class SessionRows:
     def __init__(self, calls: TableCalls):
         self.calls = calls
 
-    def renew(self, member_id: str, token: str, previous: int | None) -> SessionRow:
+    def renew(self, member_id: str, token: str, previous: int | None, *, plan_version: int = 0) -> SessionRow:
         """Renew ``member_id``'s session ``token``; ``previous`` is the counter it last wrote
-        (None: the first renewal of this token, which replaces any earlier session). If the
+        (None: the first renewal of this token, which replaces any earlier session);
+        ``plan_version`` (if not 0) is recorded for its watchers (:mod:`.published_plan`). If the
         row was deleted meanwhile, a new session starts under a new token (the row returned
         names it), so a (token, counter) pair a watcher timed never comes back.
 
@@ -44,24 +45,32 @@ class SessionRows:
         key = m.SESSION_PREFIX + member_id
         s = self.calls.settings
         if previous is None:
+            names = {"#tok": m.SESSION_TOKEN, "#c": m.COUNTER}
+            values = {":tok": {"S": token}, ":one": num(1)}
+            plan = ""
+            if plan_version:
+                names["#pv"], values[":pv"], plan = m.PLAN_VERSION, num(plan_version), ", #pv = :pv"
             response = self.calls.retrying(lambda: s.client.update_item(
                 TableName=s.table_name,
                 Key={m.KEY: {"S": key}},
-                UpdateExpression="SET #tok = :tok ADD #c :one",
-                ExpressionAttributeNames={"#tok": m.SESSION_TOKEN, "#c": m.COUNTER},
-                ExpressionAttributeValues={":tok": {"S": token}, ":one": num(1)},
+                UpdateExpression=f"SET #tok = :tok{plan} ADD #c :one",
+                ExpressionAttributeNames=names,
+                ExpressionAttributeValues=values,
                 ReturnValues="ALL_NEW",
             ))
             return m.session_from_item(response["Attributes"])
+        set_ = {m.COUNTER: num(previous + 1)}
+        if plan_version:
+            set_[m.PLAN_VERSION] = num(plan_version)
         try:
             item = self.calls.update(
-                key, set_={m.COUNTER: num(previous + 1)}, condition="#tok = :tok AND #c = :c",
+                key, set_=set_, condition="#tok = :tok AND #c = :c",
                 values={":tok": {"S": token}, ":c": num(previous)}, token="",
             )
         except ConditionFailed as failed:
             current = failed.current
             if current is None:  # deleted meanwhile: start a new session (a token never comes back)
-                return self.renew(member_id, uuid.uuid4().hex, None)
+                return self.renew(member_id, uuid.uuid4().hex, None, plan_version=plan_version)
             other = current.get(m.SESSION_TOKEN, {}).get("S")
             if other == token and current.get(m.COUNTER, {}).get("N") == str(previous + 1):
                 return m.session_from_item(current)  # a retried write that had succeeded
