@@ -279,10 +279,12 @@ def test_an_aws_error_while_following_is_logged_and_the_round_goes_on(caplog: py
         def head(self, *, consistent: bool = False) -> ManifestHead | None:
             raise ClientError({"Error": {"Code": "ValidationException", "Message": "no"}}, "GetItem")
 
-    p = PublishedPlan(Denied(cast(Any, None), DOCUMENT), "a")
+    counted: Counter[str] = Counter()
+    p = PublishedPlan(Denied(cast(Any, None), DOCUMENT), "a", lambda name: counted.update([name]))
     with caplog.at_level(logging.WARNING, logger="kinesis.lease_loop.coordinator"):
         follow(p, plan_of(p, ["a", "b"], ["k0"]), ["a", "b"], 0.0)
     assert "could not be followed" in caplog.text and "ValidationException" in caplog.text
+    assert counted == Counter({"plan_errors": 1})
 
 
 # --- fleets of scoped coordinators -----------------------------------------------------
@@ -333,6 +335,7 @@ def test_a_join_moves_exactly_the_newcomers_quota(aws: LocalAWS, n: int, k: int)
     stateless = stable_assignment([*members, "pod-new"], keys).moves_from(stable_assignment(members, keys).owners)
     assert stateless > optimum  # planning from (members, keys) alone moves more here
     assert fleet.counter("takeovers") == 0
+    assert fleet.counter("plans_published") == 2 and fleet.counter("plan_errors") == 0  # the first, the join
 
 
 def test_a_leave_moves_only_the_leavers_keys_and_a_run_of_changes_stays_optimal(aws: LocalAWS) -> None:

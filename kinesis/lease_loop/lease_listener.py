@@ -143,6 +143,8 @@ COUNTER_NAMES = (
     "lease_loop_errors",
     "listener_errors",
     "membership_errors",
+    "plans_published",
+    "plan_errors",
 )
 """The counters in :attr:`CoordinatorStatus.counters` (all start at 0)."""
 

@@ -47,7 +47,7 @@ import hashlib
 import json
 import logging
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 
 from botocore.exceptions import BotoCoreError, ClientError
@@ -107,9 +107,11 @@ def decode(payload: bytes, where: str) -> dict[str, str]:
 class PublishedPlan:
     """One member's baseline and plans (see the module docs). Called from its round only."""
 
-    def __init__(self, store: ManifestStore | None, member_id: str):
+    def __init__(self, store: ManifestStore | None, member_id: str,
+                 count: Callable[[str], None] = lambda name: None):
         self._store = store
         self._me = member_id
+        self._count = count  # the coordinator's counters: plans_published, plan_errors
         self.baseline: Baseline | None = None
         self._plan: tuple[tuple[object, ...], Assignment] | None = None
         self._encoded: tuple[Assignment, bytes, str] | None = None
@@ -182,6 +184,7 @@ class PublishedPlan:
             moved = self._follow(self._store, plan, listed, publish=pending and ready)
         except (KinesisHashRingError, BotoCoreError, ClientError) as exc:  # keep the baseline
             log.warning("%s: the published plan could not be followed: %s", self._me, exc)
+            self._count("plan_errors")
             moved = False
         self._misses = 0 if moved else self._misses + 1
         wait = min(2 ** max(self._misses - FREE_POLLS + 1, 0), MAX_BACKOFF_TICKS)
@@ -215,6 +218,7 @@ class PublishedPlan:
         except ManifestConflictError:
             return False  # another publisher moved the head: read it next time
         self._adopt(written, plan)
+        self._count("plans_published")
         log.info("%s: published plan version %d (%d keys, %d members)", self._me, written.version,
                  len(plan.owners), len(plan.members))
         return True
