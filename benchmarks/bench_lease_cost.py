@@ -309,7 +309,7 @@ def model_scoped(k: int, n: int, s: Sizes = Sizes(), lease: float = D, *,
     tick = lease / 3
     # a check runs on the first round (a tick or a light round, lease / 9 apart) after it is due
     check = (lease / 2 if check is None else check) + lease / 18
-    watched = min(replicas, n - 1)
+    watched = min(max(replicas, 1), n - 1)  # with replicas=0, still the predecessor's session (plan version)
     per_item = 0.5 * max(1, math.ceil(s.session_row / RCU_BYTES))
     renew = k / tick + n / tick
     renew_wcu = k / tick * _wcu(s.lease_row) + n / tick * _wcu(s.session_row)

@@ -8,9 +8,13 @@ would have moved for the same fleet (so each test fails without the published pl
 
 from __future__ import annotations
 
+import hashlib
 import itertools
 import logging
 import random
+import threading
+import time
+import zlib
 from collections import Counter
 from typing import Any, cast
 
@@ -18,6 +22,7 @@ import pytest
 from botocore.exceptions import ClientError
 
 from hashring import Assignment, chore_owners, plan_assignment, stable_assignment
+from kinesis.errors import LeaseTableUnavailableError
 from kinesis.lease_loop.coordinator import LeaseCoordinator
 from kinesis.lease_loop.leases import LeaseTable
 from kinesis.lease_loop.manifest_store import (
@@ -184,7 +189,7 @@ def test_the_poll_backs_off_while_nothing_is_published(aws: LocalAWS) -> None:
 
 
 def test_a_corrupt_plan_is_logged_and_planning_goes_on(aws: LocalAWS, caplog: pytest.LogCaptureFixture) -> None:
-    t, members, keys, publisher, _pub = first_publish(aws, "plan-corrupt", 3, 6)
+    t, members, keys, publisher, _ = first_publish(aws, "plan-corrupt", 3, 6)
     store = ManifestStore(t.table, DOCUMENT)
     head = store.head(consistent=True)
     assert head is not None
@@ -196,6 +201,16 @@ def test_a_corrupt_plan_is_logged_and_planning_goes_on(aws: LocalAWS, caplog: py
         follow(p, plan_of(p, [*members, "x"], keys), [*members, "x"], 0.0)
     assert p.baseline is None and "could not be followed" in caplog.text and "do not decompress" in caplog.text
     assert plan_of(p, [*members, "x"], keys) == stable_assignment([*members, "x"], keys)
+    # the chore owner, restarted (no baseline) and seeing the same newcomer, publishes over it
+    joined = [*members, "x"]
+    assert chore_owners(PLAN_CHORE, joined)[0] == publisher
+    owner = t.member(publisher)
+    follow(owner, plan_of(owner, joined, keys), joined, 1.0)
+    head = store.head(consistent=True)
+    assert head is not None and owner.version == head.version == 2
+    assert store.read(head) == encode(plan_of(owner, joined, keys))
+    follow(p, plan_of(p, joined, keys), joined, 2.0)  # and the others follow it again
+    assert p.baseline == owner.baseline
 
 
 def test_two_publishers_of_one_version_never_destroy_each_others_chunks(aws: LocalAWS) -> None:
@@ -215,13 +230,75 @@ def test_two_publishers_of_one_version_never_destroy_each_others_chunks(aws: Loc
         a.read(first)
 
 
+def test_a_publish_that_fails_leaves_no_chunk_rows_behind(aws: LocalAWS) -> None:
+    class Throttled(ManifestStore):
+        def _put_head(self, new: ManifestHead, seen: ManifestHead | None) -> ManifestHead:
+            if new.version == 2:
+                raise LeaseTableUnavailableError("throttled (retries exhausted)")
+            return super()._put_head(new, seen)
+
+    table = LeaseTable.open(aws.client("dynamodb"), "plan-throttled")
+    store = Throttled(table, DOCUMENT, chunk_bytes=50)
+    first = store.publish(store.claim("a", None), b"one" * 40)
+    with pytest.raises(LeaseTableUnavailableError):
+        store.publish(first, bytes(range(256)) * 4)  # several chunks, then the head write fails
+    keys = {i["leaseKey"]["S"] for i in table.call("scan", ConsistentRead=True)["Items"]}
+    assert {k for k in keys if k.startswith(f"{store.head_key}#2#")} == set()
+    assert store.read(first) == b"one" * 40
+
+
+def test_a_head_written_without_a_chunk_id_is_read_and_replaced(aws: LocalAWS) -> None:
+    table = LeaseTable.open(aws.client("dynamodb"), "plan-legacy")
+    store = ManifestStore(table, DOCUMENT)
+    payload = b"legacy"
+    table.call("put_item", Item={"leaseKey": {"S": f"{store.head_key}#1#0"}, "data": {"B": zlib.compress(payload)}})
+    table.call("put_item", Item={
+        "leaseKey": {"S": store.head_key}, "version": {"N": "1"}, "chunks": {"N": "1"},
+        "digest": {"S": hashlib.sha256(payload).hexdigest()}, "owner": {"S": "a"}, "counter": {"N": "4"}})
+    legacy = store.head(consistent=True)
+    assert legacy is not None and legacy.chunk_id == "" and store.read(legacy) == payload
+    second = store.publish(legacy, b"two")
+    third = store.publish(second, b"three")
+    assert store.read(third) == b"three" and third.previous_chunk_id == second.chunk_id != ""
+    keys = {i["leaseKey"]["S"] for i in table.call("scan", ConsistentRead=True)["Items"]}
+    assert f"{store.head_key}#1#0" not in keys  # the legacy chunks went with the next-but-one publish
+
+
+def test_a_stopping_chore_owner_still_listed_publishes_no_plan_without_itself(aws: LocalAWS) -> None:
+    # a graceful stop keeps ticking (real time, on the stopping thread) until its hand-offs
+    # complete; its plan leaves it out, and it must not publish that plan while still listed
+    keys = [f"q-{i:03d}" for i in range(10)]
+    members = [f"pod-{i}" for i in range(4)]
+    fleet = Fleet(LeaseTable.open(aws.client("dynamodb"), "stopping-owner"), keys, members, reads="scoped",
+                  manual_handoffs=True)
+    settle(fleet, keys)
+    store = ManifestStore(fleet.table, DOCUMENT)
+    before = store.head(consistent=True)
+    publisher = chore_owners(PLAN_CHORE, members)[0]
+    coordinator, listener = fleet.coordinators[publisher], fleet.listeners[publisher]
+    ticks = coordinator.counters["ticks"]
+    stopping = threading.Thread(target=coordinator.stop, kwargs={"graceful": True, "timeout": 120})
+    stopping.start()
+    deadline = time.monotonic() + 60
+    while coordinator.counters["ticks"] < ticks + 2 and time.monotonic() < deadline:
+        time.sleep(0.01)  # wait for the condition: two ticks while its hand-offs are held open
+    assert coordinator.counters["ticks"] >= ticks + 2 and coordinator.status().stopping
+    assert store.head(consistent=True) == before
+    for key in list(listener.handoffs):
+        listener.finish(key)
+    stopping.join(timeout=60)
+    assert not stopping.is_alive() and fleet.counter("plans_published") == 1
+
+
 class StaleHeads(ManifestStore):
     """A store whose eventually consistent head reads return ``stale`` (a lagging replica)."""
 
     stale: ManifestHead | None = None
+    stale_reads = 0
 
     def head(self, *, consistent: bool = False) -> ManifestHead | None:
         if not consistent and self.stale is not None:
+            self.stale_reads += 1
             return self.stale
         return super().head(consistent=consistent)
 
@@ -236,7 +313,9 @@ def test_an_older_head_is_confirmed_before_the_baseline_goes_back(aws: LocalAWS)
     assert me.baseline is not None and me.baseline == pub.baseline and me.version == 2
     store.stale = v1  # a stale replica answers the next read
     me.heard(3)
+    t.calls.clear()
     follow(me, plan_of(me, [*members, "x"], keys), [*members, "x"], 2.0)
+    assert store.stale_reads == 1 and t.calls == Counter({"GetItem": 1})  # the stale head, then a consistent read
     assert me.version == 2 and me.baseline == pub.baseline  # confirmed by a consistent read: kept
     # the head is rebuilt from version 1 (its rows deleted): a consistent read confirms it
     store.stale = None
@@ -388,14 +467,18 @@ def test_a_dead_publisher_leaves_planning_from_the_last_baseline(aws: LocalAWS) 
     assert base is not None and base.owners == {k: o for k, o in owners.items() if o is not None}
 
 
-def test_a_member_that_missed_a_change_catches_up_through_its_predecessors_session(aws: LocalAWS) -> None:
+@pytest.mark.parametrize("replicas", [1, 0])
+def test_a_member_that_missed_a_change_catches_up_through_its_predecessors_session(
+    aws: LocalAWS, replicas: int
+) -> None:
     # pod-1 never sees pod-2 leave (a lagging watch): the others move to a plan without
     # pod-2, then back with it, so pod-1's baseline is two versions old while its plan still
     # equals it. Its predecessor's session row names the newer version: pod-1 reads the
     # plan and agrees again (without, offers to it would never be adopted)
     keys = [f"q-{i:03d}" for i in range(24)]
     members = [f"pod-{i}" for i in range(5)]
-    fleet = Fleet(LeaseTable.open(aws.client("dynamodb"), "missed-change"), keys, members, reads="scoped")
+    fleet = Fleet(LeaseTable.open(aws.client("dynamodb"), f"missed-change-{replicas}"), keys, members,
+                  reads="scoped", replicas=replicas)  # replicas=0: no backups, the predecessor is still read
     settle(fleet, keys)
     for member, membership in fleet.memberships.items():
         if member != "pod-1":

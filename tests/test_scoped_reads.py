@@ -24,8 +24,14 @@ def test_reads_planned_keys_not_held_and_one_session_per_backed_up_holder() -> N
     wanted, sessions = reads.to_read(PLAN, held, check_backups=False)
     assert wanted == set(index.primary) - held and sessions == set()
     wanted, sessions = reads.to_read(PLAN, index.primary, check_backups=True)
-    assert sessions == set(index.backed_up)  # one session row per holder, no lease row
+    assert index.predecessor == sorted(MEMBERS)[-1]  # "a" is first: its predecessor wraps around
+    assert sessions == set(index.backed_up) | {index.predecessor}  # one session row per holder, no lease row
     assert wanted == set()
+    # without backups (replicas=0) a check still reads the predecessor's session (its plan version)
+    alone = ScopedReads("b")
+    plain = stable_assignment(MEMBERS, KEYS)
+    assert alone.to_read(plain, alone.index(plain).primary, check_backups=True) == (set(), {"a"})
+    assert alone.to_read(plain, alone.index(plain).primary, check_backups=False) == (set(), set())
     assert reads.index(PLAN) is index  # computed once per plan
 
 

@@ -48,6 +48,10 @@ def test_a_session_row_records_the_plan_version_its_member_plans_from(table: Lea
     assert table.renew_session("a", "t1", 1, plan_version=5) == SessionRow("a", "t1", 2, 5)
     assert table.read_rows([], ["a"])[1]["a"] == SessionRow("a", "t1", 2, 5)
     assert table.renew_session("b", "t2", None) == SessionRow("b", "t2", 1, 0)  # none: no attribute
+    assert table.renew_session("a", "t3", None) == SessionRow("a", "t3", 3, 0)  # a new run: not the old version
+    table.call("update_item", Key={"leaseKey": {"S": "__session__#b"}}, UpdateExpression="SET planVersion = :v",
+               ExpressionAttributeValues={":v": {"S": "seven"}})
+    assert table.read_rows([], ["b"])[1]["b"] == SessionRow("b", "t2", 1, 0)  # advisory: malformed reads as 0
 
 
 def test_a_scan_sorts_session_rows_out_of_the_leases(table: LeaseTable) -> None:

@@ -216,6 +216,14 @@ def _s(item: Mapping[str, Any], name: str, *, required: bool = True) -> str | No
     return value["S"]
 
 
+def _advisory_number(item: Mapping[str, Any], name: str) -> int:
+    """An optional, advisory count: 0 if absent or malformed (it never makes a row corrupt)."""
+    try:
+        return _n(item, name, default=0)
+    except ValueError:
+        return 0
+
+
 def _n(item: Mapping[str, Any], name: str, *, default: int | None = None, signed: bool = False) -> int:
     value = item.get(name)
     if value is None:
@@ -339,7 +347,7 @@ def session_from_item(item: Mapping[str, Any]) -> SessionRow:
         if not isinstance(key, str) or not key.startswith(SESSION_PREFIX) or key == SESSION_PREFIX:
             raise ValueError("not a session row key")
         return SessionRow(key[len(SESSION_PREFIX):], _s(item, SESSION_TOKEN) or "", _n(item, COUNTER),
-                          _n(item, PLAN_VERSION, default=0))
+                          _advisory_number(item, PLAN_VERSION))
     except ValueError as exc:
         raise CorruptLeaseError(str(key), str(exc)) from None
 

@@ -14,7 +14,9 @@ A publisher writes the chunks of the new version first, under a chunk id of its 
 publishers racing for one version never overwrite each other's chunks, and the loser deletes
 only its own), then the head (conditional on the counter it read), then deletes the chunks of
 the version before the previous one (a reader that read the previous head can still read its
-chunks). Readers poll the head (one small,
+chunks). A publish that fails otherwise (throttled, timed out) deletes its chunks unless a
+consistent read shows the head names them. The head format (chunk ids) is new in this
+release, like the store itself. Readers poll the head (one small,
 eventually consistent GetItem) and read chunks only when the version moves, with strongly
 consistent reads (chunks are written before the head that names them, so a reader that sees
 the head finds them). The owner renews the head (``counter + 1``) every tick; a head whose
@@ -25,6 +27,7 @@ may be claimed, exactly as an expired lease. Reserved rows are skipped by every 
 from __future__ import annotations
 
 import hashlib
+import logging
 import uuid
 import zlib
 from dataclasses import dataclass, replace
@@ -36,6 +39,8 @@ from kinesis.aws_errors import error_code
 from kinesis.errors import CorruptLeaseError, KinesisHashRingError
 from kinesis.lease_loop import lease_model as m
 from kinesis.lease_loop.leases import LeaseTable
+
+log = logging.getLogger("kinesis.lease_loop.manifest_store")
 
 PREFIX = "__manifest__#"
 CHUNK_BYTES = 350_000
@@ -130,19 +135,33 @@ class ManifestStore:
         data = zlib.compress(payload, 6)
         chunks = [data[i : i + self.chunk_bytes] for i in range(0, len(data), self.chunk_bytes)]
         version, chunk_id = head.version + 1, uuid.uuid4().hex[:12]
-        for i, chunk in enumerate(chunks):
-            key = self.chunk_key(version, chunk_id, i)
-            self.table.call("put_item", Item={m.KEY: {"S": key}, "data": {"B": chunk}})
         new = ManifestHead(self.name, version, len(chunks), hashlib.sha256(payload).hexdigest(), head.owner,
                            head.counter + 1, chunk_id, head.chunk_id)
         try:
+            for i, chunk in enumerate(chunks):
+                key = self.chunk_key(version, chunk_id, i)
+                self.table.call("put_item", Item={m.KEY: {"S": key}, "data": {"B": chunk}})
             written = self._put_head(new, head)
         except ManifestConflictError:
             self._delete_chunks(version, chunk_id, len(chunks))  # ours alone: the id is unique
             raise
+        except Exception:  # throttled, timed out: no row may stay that no head names
+            self._discard_unless_named(version, chunk_id, len(chunks))
+            raise
         if head.version >= 2:
             self._delete_chunks(head.version - 1, head.previous_chunk_id, None)
         return written
+
+    def _discard_unless_named(self, version: int, chunk_id: str, count: int) -> None:
+        """After a publish failed: delete its chunks unless the head names them (the head write
+        may have been applied); best effort, its own errors are logged."""
+        try:
+            current = self.head(consistent=True)
+            if current is None or (current.version, current.chunk_id) != (version, chunk_id):
+                self._delete_chunks(version, chunk_id, count)
+        except Exception as exc:  # the publish's error is the one raised
+            log.warning("manifest %r: chunks of a failed publish (version %d, id %s) may be left: %s",
+                        self.name, version, chunk_id, exc)
 
     def _delete_chunks(self, version: int, chunk_id: str, count: int | None) -> None:
         """Delete the chunk rows of ``version`` (``count`` unknown: until one is missing)."""

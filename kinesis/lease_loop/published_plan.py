@@ -30,14 +30,16 @@ read first, so the baseline never goes back on a stale read.
 
 A member whose plan equals an old baseline (it missed a change: a lagging member list)
 would never look again, and offers made to it under the newer plan would wait forever. So
-every session row records the version its member plans from (``planVersion``): a member
-that reads a watched predecessor's session with a newer version reads the head at its next
-tick; and every ``recheck_interval`` (the sweep interval) each member reads it anyway. In
-steady state (plan = baseline) nothing else is read.
+every session row records the version its member plans from (``planVersion``), and every
+member reads its predecessor's session row (in the sorted member list) at each backup check,
+even without backups: a newer version there makes it read the head at its next tick; and
+every ``recheck_interval`` (the sweep interval) each member reads it anyway. In steady state
+(plan = baseline) nothing else is read.
 
 The plan is advice, not a lock: every take and hand-off stays a conditional write on the
 row read, so a stale, missing, corrupt or unreadable baseline costs moves, never safety;
-errors are logged and the member keeps planning from the baseline it has. A dead publisher
+errors are logged and counted (``plan_errors``) and the member keeps planning from the
+baseline it has; a version whose chunks cannot be read is replaced by the chore owner. A dead publisher
 only stops the baseline from moving (the chore moves with the member list).
 """
 
@@ -174,14 +176,14 @@ class PublishedPlan:
         if pending and digest != self._pending_digest:  # a new change: read now, no backoff carried over
             self._pending_digest, self._misses, self._next_poll = digest, 0, -math.inf
         if pending:
-            due = now >= self._next_poll
+            due = self._behind or now >= self._next_poll
         else:
             due = self._behind or now - self._last_read >= recheck_interval
         if not due:
             return
         self._behind, self._last_read = False, now
         try:
-            moved = self._follow(self._store, plan, listed, publish=pending and ready)
+            moved = self._follow(self._store, plan, listed, pending=pending, ready=ready)
         except (KinesisHashRingError, BotoCoreError, ClientError) as exc:  # keep the baseline
             log.warning("%s: the published plan could not be followed: %s", self._me, exc)
             self._count("plan_errors")
@@ -197,20 +199,30 @@ class PublishedPlan:
         base = self.baseline
         return base is None or (head.version, head.digest) != (base.version, base.digest)
 
-    def _follow(self, store: ManifestStore, plan: Assignment, listed: list[str], *, publish: bool) -> bool:
+    def _follow(self, store: ManifestStore, plan: Assignment, listed: list[str], *, pending: bool,
+                ready: bool) -> bool:
         head = store.head()
         if self._differs(head) and self.baseline is not None and head is not None \
                 and head.version <= self.baseline.version:
             head = store.head(consistent=True)  # not newer: a stale read, or a head rebuilt from 1
+        owner = ready and self._me in listed and chore_owners(PLAN_CHORE, listed)[:1] == [self._me]
         if self._differs(head):
             assert head is not None
             if head.digest == self._encode(plan)[1]:
                 self._adopt(head, plan)
-            else:
+                return True
+            try:
                 owners = decode(store.read(head), store.head_key)
+            except (ManifestCorruptError, ManifestConflictError) as exc:
+                if not owner:
+                    raise
+                log.warning("%s: published plan version %d is unreadable (%s): publishing over it",
+                            self._me, head.version, exc)
+                self._count("plan_errors")
+            else:
                 self.baseline = Baseline(head.version, head.digest, owners)
-            return True
-        if not publish or self._me not in listed or chore_owners(PLAN_CHORE, listed)[:1] != [self._me]:
+                return True
+        elif not (pending and owner):
             return False
         try:
             seen = head if head is not None else store.claim(self._me, None)

@@ -52,6 +52,8 @@ class PlanIndex:
     primary: tuple[str, ...]
     backed_up: Mapping[str, tuple[str, ...]]
     """Holder -> the keys this member backs up for it (sorted)."""
+    predecessor: str | None = None
+    """The member before this one in the sorted member list (None: alone, or not in the plan)."""
 
 
 class ScopedReads:
@@ -86,10 +88,13 @@ class ScopedReads:
             for key, owners in plan.owners.items():
                 if me in owners[1:]:
                     groups.setdefault(owners[0], []).append(key)
+            members = plan.members
+            position = members.index(me) if me in members else -1
             index = PlanIndex(
                 frozenset(plan.owners),
                 tuple(plan.keys_of(me)),
                 {holder: tuple(sorted(keys)) for holder, keys in groups.items()},
+                members[position - 1] if position >= 0 and len(members) > 1 else None,
             )
             self._index = (plan, index)
         return self._index[1]
@@ -106,6 +111,11 @@ class ScopedReads:
                 sessions.add(holder)
             elif check_backups:
                 sessions.add(holder)
+        if check_backups and index.predecessor is not None:
+            # also with replicas=0, or when it holds nothing this member backs up: its session
+            # row names the plan version it plans from (a member that missed a change learns
+            # of it there: kinesis.lease_loop.published_plan)
+            sessions.add(index.predecessor)
         return wanted, sessions
 
     def rows_to_read(self, plan: Assignment | None, held: Iterable[str], keys: list[str], now: float, *,

@@ -45,15 +45,16 @@ class SessionRows:
         key = m.SESSION_PREFIX + member_id
         s = self.calls.settings
         if previous is None:
-            names = {"#tok": m.SESSION_TOKEN, "#c": m.COUNTER}
+            names = {"#tok": m.SESSION_TOKEN, "#c": m.COUNTER, "#pv": m.PLAN_VERSION}
             values = {":tok": {"S": token}, ":one": num(1)}
-            plan = ""
             if plan_version:
-                names["#pv"], values[":pv"], plan = m.PLAN_VERSION, num(plan_version), ", #pv = :pv"
+                expression, values[":pv"] = "SET #tok = :tok, #pv = :pv ADD #c :one", num(plan_version)
+            else:
+                expression = "SET #tok = :tok ADD #c :one REMOVE #pv"  # not an earlier run's version
             response = self.calls.retrying(lambda: s.client.update_item(
                 TableName=s.table_name,
                 Key={m.KEY: {"S": key}},
-                UpdateExpression=f"SET #tok = :tok{plan} ADD #c :one",
+                UpdateExpression=expression,
                 ExpressionAttributeNames=names,
                 ExpressionAttributeValues=values,
                 ReturnValues="ALL_NEW",
