@@ -23,7 +23,9 @@ reads:
   from then on its session and all its rows backed up here are read every round; their
   expiry is timed from the first sight of its last session renewal (a lease naming that
   session is as old as the session: :func:`~kinesis.lease_loop.decisions.session_timer`);
-  any change of its session or of one of its rows ends that.
+  any change of its session or of one of its rows ends that; at the same checks, the session
+  row of its predecessor in the sorted member list even if it backs up nothing of it (the
+  plan version it records: :mod:`.published_plan`).
 
 It also keeps the mode's timing: when backups are checked (every tick while a new plan
 settles) and when this member sweeps (scans) the table. The coordinator does the reading
