@@ -1,7 +1,7 @@
 """CPU of one member's lease-loop round at fleet scale, without DynamoDB in the way.
 
-One ``LeaseCoordinator`` over a stub table (its reads return at once: what is measured is the
-member's own work per round: checking keys, planning, choosing what to read, deciding), with
+One ``LeaseCoordinator`` over a stub table (its reads return at once, the published plan's
+rows are kept in memory: what is measured is the member's own work per round: checking keys, planning, choosing what to read, deciding), with
 a static membership of N members and K keys, replicas 1. ``reads="scan"`` (today's default:
 the round gets a K-row snapshot and re-plans from current owners) is the baseline, run in the
 same process; ``reads="scoped"`` is measured after its start-up round. Issue 10's target: a
@@ -26,11 +26,12 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from benchmarks.report import write_json  # noqa: E402
-from hashring import StaticMembership  # noqa: E402
+from hashring import StaticMembership, chore_owners  # noqa: E402
 from kinesis.lease_loop.clock import FakeClock  # noqa: E402
 from kinesis.lease_loop.coordinator import LeaseCoordinator  # noqa: E402
 from kinesis.lease_loop.lease_model import Lease, SessionRow, TableSnapshot  # noqa: E402
 from kinesis.lease_loop.leases import LeaseTable  # noqa: E402
+from kinesis.lease_loop.published_plan import PLAN_CHORE  # noqa: E402
 
 RESULTS = ROOT / "benchmarks" / "results" / "round_cpu.json"
 
@@ -41,6 +42,21 @@ class StubTable(LeaseTable):
     def __init__(self, rows: dict[str, Lease]):
         super().__init__(object(), "stub-table")
         self.rows = rows
+        self.items: dict[str, dict[str, Any]] = {}  # the published plan's head and chunks
+
+    def call(self, operation: str, **kwargs: Any) -> dict[str, Any]:
+        key = (kwargs.get("Key") or kwargs["Item"])["leaseKey"]["S"]
+        if operation == "put_item":
+            self.items[key] = kwargs["Item"]
+            return {}
+        if operation == "get_item":
+            return {"Item": self.items[key]} if key in self.items else {}
+        if operation == "delete_item":
+            return {"Attributes": self.items.pop(key, {})}
+        raise NotImplementedError(operation)
+
+    def get_items(self, keys: Any, *, consistent: bool = False) -> dict[str, dict[str, Any]]:
+        return {k: self.items[k] for k in keys if k in self.items}
 
     def scan(self, **_: Any) -> TableSnapshot:
         return TableSnapshot(self.rows, {}, {}, 0.0)
@@ -63,11 +79,15 @@ class StubTable(LeaseTable):
 def rounds(reads: str, k: int, n: int, count: int) -> dict[str, Any]:
     keys = tuple(f"app/orders/shardId-{i:012d}" for i in range(k))
     members = [f"member-{i:05d}" for i in range(n)]
-    me = members[0]
+    # the owner of the plan chore: it publishes the plan in its first round, so its later
+    # rounds are the steady state of any member (plan = published baseline); a member alone on
+    # a stub table would otherwise wait for a publish forever
+    me = chore_owners(PLAN_CHORE, members)[0]
+    others = [m for m in members if m != me]
     clock = FakeClock(0.0)
     # every row held by a member that is not me (steady state seen from a member holding nothing
     # it should not: rows of other members are left alone)
-    rows = {key: Lease(key, members[1 + i % (n - 1)], 7) for i, key in enumerate(keys)}
+    rows = {key: Lease(key, others[i % len(others)], 7) for i, key in enumerate(keys)}
     coordinator = LeaseCoordinator(StubTable(rows), StaticMembership(members, me), keys, reads=reads,
                                    clock=clock, replicas=1)
     started = time.process_time()
@@ -81,6 +101,8 @@ def rounds(reads: str, k: int, n: int, count: int) -> dict[str, Any]:
         times.append(time.process_time() - started)
     if coordinator.status().last_error is not None:  # a failing round would time nothing real
         raise RuntimeError(f"{reads} rounds failed: {coordinator.status().last_error}")
+    if reads == "scoped" and coordinator.counters["plans_published"] != 1:
+        raise RuntimeError("the measured member did not publish its plan once: not a steady state")
     return {"reads": reads, "keys": k, "members": n, "first_round_s": round(first, 3),
             "median_round_s": round(statistics.median(times), 4), "max_round_s": round(max(times), 4)}
 

@@ -236,7 +236,13 @@ class PublishedPlan:
         return True
 
     def _adopt(self, head: ManifestHead, plan: Assignment) -> None:
+        """``plan`` (published as ``head``) becomes the baseline. Planning from a plan gives
+        that plan back (the planner is idempotent), so the cached plan stays the answer for
+        its inputs: no re-plan (0.2 s at 100,000 x 10,000) after a change is adopted."""
         self.baseline = Baseline(head.version, head.digest, {k: o[0] for k, o in plan.owners.items()})
+        if self._plan is not None and self._plan[1] is plan:
+            members, keys, _, weights = self._plan[0]
+            self._plan = ((members, keys, self.baseline, weights), plan)
 
     def _encode(self, plan: Assignment) -> tuple[bytes, str]:
         hit = self._encoded
