@@ -14,6 +14,7 @@ from kinesis.errors import (
 from kinesis.lease_loop import lease_model as m
 from kinesis.lease_loop.lease_model import SHARD_END, TRIM_HORIZON, Checkpoint, Lease, LeaseState
 from kinesis.lease_loop.write_rules import (
+    attributes_equal,
     check_member,
     check_pending_checkpoint,
     checkpoint_change,
@@ -89,3 +90,9 @@ def test_a_member_id_is_a_non_empty_string(member: object) -> None:
     with pytest.raises(ConfigurationError, match="a member id must be a non-empty string"):
         check_member(member)
     assert check_member("a") == "a"
+
+
+def test_attributes_equal_leaves_out_unknown_values() -> None:
+    assert attributes_equal({"#tok": {"S": "t"}, "#c": {"N": "4"}}) == (
+        "#tok = :tok AND #c = :c", {":tok": {"S": "t"}, ":c": {"N": "4"}})
+    assert attributes_equal({"#inc": {"S": "i"}, "#hb": None}) == ("#inc = :inc", {":inc": {"S": "i"}})

@@ -77,6 +77,8 @@ PENDING_CHECKPOINT = "pendingCheckpoint"
 PENDING_SUB_SEQUENCE = "pendingCheckpointSubSequenceNumber"
 SESSION = "leaseSession"
 SESSION_COUNTER = "leaseSessionCounter"
+SESSION_ATTRIBUTES = (SESSION, SESSION_COUNTER)
+"""Removed by a write that leaves the row without a holder's session (a hand-off, a release)."""
 
 MEMBER_PREFIX = "__member__#"
 """Key prefix of membership heartbeat rows."""
@@ -389,6 +391,10 @@ def lease_to_item(lease: Lease) -> dict[str, Any]:
     if lease.pending_checkpoint is not None:
         item.update(pending_checkpoint_attributes(lease.pending_checkpoint))
     if lease.session is not None:
-        item[SESSION] = {"S": lease.session}
-        item[SESSION_COUNTER] = {"N": str(lease.counter)}
+        item.update(session_attributes(lease.session, lease.counter))
     return item
+
+
+def session_attributes(session: str, counter: int) -> dict[str, dict[str, str]]:
+    """What every holder write records: its session token with the ``leaseCounter`` it writes."""
+    return {SESSION: {"S": session}, SESSION_COUNTER: {"N": str(counter)}}

@@ -258,9 +258,9 @@ class LeaseTable:
                 m.WRITE_TOKEN: {"S": token}}
         remove = [m.PENDING_HANDOFF, m.HANDED_OFF_BY]
         if session is not None:
-            set_.update({m.SESSION: {"S": session}, m.SESSION_COUNTER: num(lease.counter + 1)})
+            set_.update(m.session_attributes(session, lease.counter + 1))
         else:
-            remove += [m.SESSION, m.SESSION_COUNTER]
+            remove += m.SESSION_ATTRIBUTES
         try:
             item = self._calls.update(lease.key, set_=set_, remove=remove, condition=condition, values=values,
                                       token=token, check=None if check is None else check.condition_check(self.table_name))
@@ -304,12 +304,12 @@ class LeaseTable:
             raise ConfigurationError(f"cannot hand lease {lease.key!r} off to its own owner {to!r}")
         switches = lease.owner_switches_since_checkpoint + 1
         set_ = {m.OWNER: {"S": to}, m.HANDED_OFF_BY: {"S": lease.owner or ""}, m.OWNER_SWITCHES: num(switches)}
-        return self._fenced(lease, "hand off", set_, [m.PENDING_HANDOFF, m.SESSION, m.SESSION_COUNTER])
+        return self._fenced(lease, "hand off", set_, [m.PENDING_HANDOFF, *m.SESSION_ATTRIBUTES])
 
     def release(self, lease: Lease) -> Lease:
         """Give the lease up (evict): the row stays with its checkpoint and no owner."""
         return self._fenced(lease, "release", {},
-                            [m.OWNER, m.PENDING_HANDOFF, m.HANDED_OFF_BY, m.SESSION, m.SESSION_COUNTER])
+                            [m.OWNER, m.PENDING_HANDOFF, m.HANDED_OFF_BY, *m.SESSION_ATTRIBUTES])
 
     evict = release
     """KCL's name for :meth:`release`."""
@@ -366,7 +366,7 @@ class LeaseTable:
         condition, values = still_held(lease, new_checkpoint)
         full_set = {m.COUNTER: num(lease.counter + 1), m.WRITE_TOKEN: {"S": token}, **set_}
         if session is not None:
-            full_set.update({m.SESSION: {"S": session}, m.SESSION_COUNTER: num(lease.counter + 1)})
+            full_set.update(m.session_attributes(session, lease.counter + 1))
         try:
             item = self._calls.update(
                 lease.key, set_=full_set, remove=remove, condition=condition, values=values, token=token

@@ -9,13 +9,12 @@ process with the same member id is noticed (:class:`DuplicateMemberIdError`).
 from __future__ import annotations
 
 from datetime import UTC, datetime
-from typing import Any
 
 from kinesis.errors import DuplicateMemberIdError
 from kinesis.lease_loop import lease_model as m
 from kinesis.lease_loop.lease_model import MemberRow
 from kinesis.lease_loop.table_calls import ConditionFailed, TableCalls, log
-from kinesis.lease_loop.write_rules import check_member, num
+from kinesis.lease_loop.write_rules import attributes_equal, check_member, num
 
 
 class MemberRows:
@@ -64,9 +63,6 @@ class MemberRows:
 
     def delete(self, member_id: str, *, incarnation: str, heartbeat: int | None) -> bool:
         """Delete ``member_id``'s row if it still has ``incarnation`` (and ``heartbeat`` if given)."""
-        condition = "#inc = :inc"
-        values: dict[str, Any] = {":inc": {"S": incarnation}}
-        if heartbeat is not None:
-            condition += " AND #hb = :hb"
-            values[":hb"] = num(heartbeat)
+        condition, values = attributes_equal(
+            {"#inc": {"S": incarnation}, "#hb": None if heartbeat is None else num(heartbeat)})
         return self.calls.delete(m.MEMBER_PREFIX + member_id, condition=condition, values=values)

@@ -150,7 +150,7 @@ class PublishedPlan:
         """Another member runs with baseline ``version`` (its session row says so): if that
         is newer than this member's, read the head at the next tick even if nothing is
         pending (a member that missed a change must not keep an old baseline forever)."""
-        if version > (self.baseline.version if self.baseline is not None else 0):
+        if version > self.version:
             self._behind = True
 
     @property
@@ -171,8 +171,7 @@ class PublishedPlan:
         Errors are logged; the baseline held stays."""
         if self._store is None or not full:
             return
-        digest = self._encode(plan)[1]
-        pending = self.baseline is None or digest != self.baseline.digest
+        digest, pending = self._encode(plan)[1], self.pending(plan)
         if pending and digest != self._pending_digest:  # a new change: read now, no backoff carried over
             self._pending_digest, self._misses, self._next_poll = digest, 0, -math.inf
         if pending:
@@ -205,7 +204,9 @@ class PublishedPlan:
         if self._differs(head) and self.baseline is not None and head is not None \
                 and head.version <= self.baseline.version:
             head = store.head(consistent=True)  # not newer: a stale read, or a head rebuilt from 1
-        owner = ready and self._me in listed and chore_owners(PLAN_CHORE, listed)[:1] == [self._me]
+        def owner() -> bool:  # rendezvous over every member: only when it matters
+            return ready and self._me in listed and chore_owners(PLAN_CHORE, listed)[:1] == [self._me]
+
         if self._differs(head):
             assert head is not None
             if head.digest == self._encode(plan)[1]:
@@ -214,7 +215,7 @@ class PublishedPlan:
             try:
                 owners = decode(store.read(head), store.head_key)
             except (ManifestCorruptError, ManifestConflictError) as exc:
-                if not owner:
+                if not owner():
                     raise
                 log.warning("%s: published plan version %d is unreadable (%s): publishing over it",
                             self._me, head.version, exc)
@@ -222,7 +223,7 @@ class PublishedPlan:
             else:
                 self.baseline = Baseline(head.version, head.digest, owners)
                 return True
-        elif not (pending and owner):
+        elif not (pending and owner()):
             return False
         try:
             seen = head if head is not None else store.claim(self._me, None)
@@ -238,7 +239,8 @@ class PublishedPlan:
     def _adopt(self, head: ManifestHead, plan: Assignment) -> None:
         """``plan`` (published as ``head``) becomes the baseline. Planning from a plan gives
         that plan back (the planner is idempotent), so the cached plan stays the answer for
-        its inputs: no re-plan (0.2 s at 100,000 x 10,000) after a change is adopted."""
+        its inputs: no second re-plan after a change is adopted (0.4-0.5 s at 100,000 x
+        10,000 in ``benchmarks/bench_planner.py``, re-plan after a join)."""
         self.baseline = Baseline(head.version, head.digest, {k: o[0] for k, o in plan.owners.items()})
         if self._plan is not None and self._plan[1] is plan:
             members, keys, _, weights = self._plan[0]

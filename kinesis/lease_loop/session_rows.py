@@ -17,13 +17,12 @@ current token is timed by its own row, as before.
 from __future__ import annotations
 
 import uuid
-from typing import Any
 
 from kinesis.errors import DuplicateMemberIdError
 from kinesis.lease_loop import lease_model as m
 from kinesis.lease_loop.lease_model import SessionRow
 from kinesis.lease_loop.table_calls import ConditionFailed, TableCalls
-from kinesis.lease_loop.write_rules import check_member, num
+from kinesis.lease_loop.write_rules import attributes_equal, check_member, num
 
 
 class SessionRows:
@@ -63,11 +62,9 @@ class SessionRows:
         set_ = {m.COUNTER: num(previous + 1)}
         if plan_version:
             set_[m.PLAN_VERSION] = num(plan_version)
+        condition, values = attributes_equal({"#tok": {"S": token}, "#c": num(previous)})
         try:
-            item = self.calls.update(
-                key, set_=set_, condition="#tok = :tok AND #c = :c",
-                values={":tok": {"S": token}, ":c": num(previous)}, token="",
-            )
+            item = self.calls.update(key, set_=set_, condition=condition, values=values, token="")
         except ConditionFailed as failed:
             current = failed.current
             if current is None:  # deleted meanwhile: start a new session (a token never comes back)
@@ -85,9 +82,5 @@ class SessionRows:
     def delete(self, member_id: str, token: str, counter: int | None = None) -> bool:
         """Delete ``member_id``'s session row if it still has ``token`` (and ``counter``, if
         given: a stale row, not renewed since it was read)."""
-        condition = "#tok = :tok"
-        values: dict[str, Any] = {":tok": {"S": token}}
-        if counter is not None:
-            condition += " AND #c = :c"
-            values[":c"] = num(counter)
+        condition, values = attributes_equal({"#tok": {"S": token}, "#c": None if counter is None else num(counter)})
         return self.calls.delete(m.SESSION_PREFIX + member_id, condition=condition, values=values)

@@ -9,7 +9,7 @@ the writes.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from kinesis.errors import (
@@ -42,6 +42,14 @@ def check_member(member: object) -> str:
     if not isinstance(member, str) or not member:
         raise ConfigurationError(f"a member id must be a non-empty string, got {member!r}")
     return member
+
+
+def attributes_equal(expected: Mapping[str, dict[str, Any] | None]) -> tuple[str, dict[str, Any]]:
+    """The condition "each ``#name`` placeholder's attribute equals its value" (``None``
+    values left out), with its values: ``{"#tok": t, "#c": None}`` -> ``#tok = :tok``."""
+    pairs = [(name, value) for name, value in expected.items() if value is not None]
+    return (" AND ".join(f"{name} = :{name[1:]}" for name, _ in pairs),
+            {f":{name[1:]}": value for name, value in pairs})
 
 
 def unchanged_since(lease: Lease) -> tuple[str, dict[str, Any]]:
