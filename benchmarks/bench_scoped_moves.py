@@ -13,6 +13,10 @@ Baseline in the same process: the same fleets and changes with the published pla
 off (every member plans ``stable_assignment(members, keys)`` alone, the previous release's
 scoped planner). Target (issue 10, item 5): moved <= 1.5x the optimum on one join or leave.
 
+Also the plan's size at fleet scale (100,000 keys x 10,000 members; ``--quick``: 10,000 x
+1,000): its payload, compressed size and chunk rows as ``ManifestStore`` stores them, and the
+CPU of encoding + digest and of decoding it.
+
 Writes benchmarks/results/scoped_moves.json.
 
     .venv/bin/python benchmarks/bench_scoped_moves.py [--quick]
@@ -21,9 +25,11 @@ Writes benchmarks/results/scoped_moves.json.
 from __future__ import annotations
 
 import argparse
+import hashlib
 import platform
 import sys
 import time
+import zlib
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -36,8 +42,10 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from benchmarks.report import write_json  # noqa: E402
+from hashring import stable_assignment  # noqa: E402
 from kinesis.lease_loop.leases import LeaseTable  # noqa: E402
-from kinesis.lease_loop.published_plan import PublishedPlan  # noqa: E402
+from kinesis.lease_loop.manifest_store import CHUNK_BYTES  # noqa: E402
+from kinesis.lease_loop.published_plan import PublishedPlan, decode, encode  # noqa: E402
 from kinesis.testing import LocalAWS  # noqa: E402
 from tests.coordinator_fleet import Fleet  # noqa: E402
 
@@ -143,6 +151,23 @@ def run_changes(aws: LocalAWS, n: int, per_member: int, changes: int, *, publish
     }
 
 
+def plan_size(n_keys: int, n_members: int) -> dict[str, Any]:
+    """The published plan of ``n_keys`` x ``n_members``: bytes, chunk rows and CPU."""
+    plan = stable_assignment([f"consumer-{i:05d}" for i in range(n_members)],
+                             [f"orders/shardId-{i:012d}" for i in range(n_keys)])
+    started = time.process_time()
+    payload = encode(plan)
+    hashlib.sha256(payload).hexdigest()
+    encode_s = time.process_time() - started
+    compressed = zlib.compress(payload, 6)
+    started = time.process_time()
+    decode(zlib.decompress(compressed), "bench")
+    decode_s = time.process_time() - started
+    return {"keys": n_keys, "members": n_members, "payload_bytes": len(payload),
+            "compressed_bytes": len(compressed), "chunk_rows": -(-len(compressed) // CHUNK_BYTES),
+            "encode_and_digest_s": round(encode_s, 3), "decode_s": round(decode_s, 3)}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="fewer ratios and changes (CI smoke)")
@@ -175,10 +200,15 @@ def main() -> None:
     published = [r for r in results if r["published"]]
     ok = all(r["worst_step_ratio"] <= TARGET for r in published)
     console.print(f"target: every change <= {TARGET}x the optimum with the published plan: {'met' if ok else 'MISSED'}")
+    size = plan_size(*((10_000, 1_000) if args.quick else (100_000, 10_000)))
+    console.print(
+        f"plan at {size['keys']:,} keys x {size['members']:,} members: {size['payload_bytes']:,} bytes of JSON, "
+        f"{size['compressed_bytes']:,} compressed in {size['chunk_rows']} chunk rows; encode + digest "
+        f"{size['encode_and_digest_s']} s, decode {size['decode_s']} s of CPU")
     path = write_json(RESULTS / "scoped_moves.json", {
         "command": "python benchmarks/bench_scoped_moves.py" + (" --quick" if args.quick else ""),
         "python": platform.python_version(), "seconds": round(time.perf_counter() - started, 1),
-        "target": TARGET, "target_met": ok, "results": results,
+        "target": TARGET, "target_met": ok, "results": results, "plan_size": size,
     })
     console.print(f"wrote {path}")
 
