@@ -90,10 +90,17 @@ def test_latest_skips_existing_records_and_reports_idle(kinesis: Any) -> None:
 
 
 def call_starts(client: Any) -> list[float]:
-    """When each GetRecords call of ``client`` started (monotonic), appended as they happen."""
+    """When each GetRecords call of ``client`` started (monotonic), appended as they happen:
+    botocore's first event of a call, fired just after the reader stamps the call's start."""
     starts: list[float] = []
-    client.meta.events.register("before-call.kinesis.GetRecords", lambda **_: starts.append(time.monotonic()))
+    client.meta.events.register("provide-client-params.kinesis.GetRecords",
+                                lambda **_: starts.append(time.monotonic()))
     return starts
+
+
+HOOK_LATENCY = 0.03
+"""How much later than the reader's own stamp the hook may fire on a loaded machine (a thread
+switch between the two): spacings seen by the hook may be short by this much."""
 
 
 def test_catching_up_calls_start_min_read_interval_apart_and_ask_for_no_idle_wait(kinesis: Any) -> None:
@@ -106,7 +113,7 @@ def test_catching_up_calls_start_min_read_interval_apart_and_ask_for_no_idle_wai
     # each call starts at least min_read_interval after the one before (processing counts)
     assert [len(b.records) for b in (first, second, last)] == [4, 4, 2]
     assert first.suggested_wait == 0.0 and second.suggested_wait == 0.0
-    assert len(starts) == 3 and all(b - a >= 0.3 for a, b in itertools.pairwise(starts))
+    assert len(starts) == 3 and all(b - a >= 0.3 - HOOK_LATENCY for a, b in itertools.pairwise(starts))
     assert last.suggested_wait == 30.0  # 2 records, fewer than max_records: the tip
     assert datas(first.records + second.records + last.records) == written
     with pytest.raises(ConfigurationError, match="min_read_interval"):
