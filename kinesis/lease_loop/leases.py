@@ -41,7 +41,7 @@ from __future__ import annotations
 
 import threading
 import uuid
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from kinesis.errors import ConfigurationError, LeaseLostError
@@ -94,6 +94,7 @@ class LeaseTable:
         retry_attempts: int = 5,
         retry_max_wait: float = 1.0,
         clock: Clock = MONOTONIC,
+        sleep: Callable[[float], None] | None = None,
     ):
         if not isinstance(table_name, str) or not 3 <= len(table_name) <= 255:
             raise ConfigurationError(
@@ -112,6 +113,7 @@ class LeaseTable:
         self.retry_attempts = retry_attempts
         self.retry_max_wait = float(retry_max_wait)
         self.clock = clock
+        self._sleep = sleep
         self._calls = TableCalls(self)
         self._corrupt = CorruptRows()
         self._reads = TableReads(self, self._calls, self._corrupt)
@@ -171,8 +173,11 @@ class LeaseTable:
         return self._reads.get_items(keys, consistent=consistent, sleep=self.clock_sleep)
 
     def clock_sleep(self, seconds: float) -> None:
-        """Wait between retries of unprocessed keys (real time)."""
-        threading.Event().wait(seconds)
+        """Wait between retries (real time; ``sleep`` if one was given, e.g. a simulator's)."""
+        if self._sleep is not None:
+            self._sleep(seconds)
+        else:
+            threading.Event().wait(seconds)
 
     @property
     def corrupt_rows(self) -> dict[str, str]:

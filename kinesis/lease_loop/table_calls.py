@@ -43,6 +43,9 @@ class TableSettings(Protocol):
     retry_attempts: int
     retry_max_wait: float
 
+    def clock_sleep(self, seconds: float) -> None:
+        """Wait between retries (real time, unless the table was given another ``sleep``)."""
+
 
 class ConditionFailed(Exception):
     """The write condition failed; ``current`` is the row as it is now (or None)."""
@@ -65,6 +68,7 @@ class TableCalls:
             retry=retry_if_exception(is_retryable),
             wait=wait_random_exponential(multiplier=0.05, max=s.retry_max_wait),
             stop=stop_after_attempt(s.retry_attempts),
+            sleep=s.clock_sleep,
             reraise=True,
         )
         try:
