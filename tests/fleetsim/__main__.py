@@ -1,0 +1,157 @@
+"""``python -m tests.fleetsim``: run the lease-protocol simulator over many seeds, or replay one.
+
+    python -m tests.fleetsim --seeds 300 --jobs 2            # the fast profile (part of make test)
+    python -m tests.fleetsim --seeds 10000 --jobs 2 --out benchmarks/results/fleet_sim.json
+    python -m tests.fleetsim --seed 1234                     # replay one seed: its events and log
+    python -m tests.fleetsim --replay shrunk.json            # replay a saved (shrunk) scenario
+
+Processes run with ``PYTHONHASHSEED=0`` (re-executed if needed) so a seed replays exactly. A
+failing seed prints its violations, the command that replays it and, with ``--shrink``, a
+smaller scenario that still fails (saved next to ``--out`` as ``fleet_sim_failure_<seed>.json``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import multiprocessing
+import os
+import sys
+import time
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from tests.fleetsim import bounds
+from tests.fleetsim.runner import run, run_seed, shrink
+from tests.fleetsim.schedule import KINDS, Scenario, draw
+
+
+def _reexec_with_fixed_hash_seed() -> None:
+    if os.environ.get("PYTHONHASHSEED") != "0":
+        env = {**os.environ, "PYTHONHASHSEED": "0"}
+        os.execvpe(sys.executable, [sys.executable, "-m", "tests.fleetsim", *sys.argv[1:]], env)
+
+
+def summarise(results: list[dict[str, Any]], elapsed: float) -> dict[str, Any]:
+    """The coverage report: schedules by disturbance kind, worst recovery per kind (D), failures."""
+    by_kind: dict[str, int] = defaultdict(int)
+    worst: dict[str, float] = defaultdict(float)
+    duplicates: dict[str, int] = defaultdict(int)
+    for r in results:
+        for kind in r["kinds"]:
+            by_kind[kind] += 1
+            worst[kind] = max(worst[kind], r["recovery_d"])
+        for cause, n in r["duplicates"].items():
+            duplicates[cause] += n
+    failed = [r for r in results if r["violations"]]
+    return {
+        "seeds": len(results),
+        "failed": len(failed),
+        "failing_seeds": [r["seed"] for r in failed][:50],
+        "schedules_by_kind": {k: by_kind.get(k, 0) for k in KINDS},
+        "worst_recovery_d_by_kind": {k: round(worst.get(k, 0.0), 2) for k in KINDS},
+        "bounds_d": bounds.table(bounds.Timing(3.0, 1, 12.0)),
+        "bounds_d_replicas0": bounds.table(bounds.Timing(3.0, 0, 12.0)),
+        "duplicates_by_cause": dict(duplicates),
+        "elapsed_s": round(elapsed, 1),
+        "schedules_per_minute": round(60 * len(results) / elapsed, 1) if elapsed else None,
+        "cpu_s_per_schedule": round(sum(r["cpu_s"] for r in results) / max(1, len(results)), 3),
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m tests.fleetsim", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--seed", type=int, help="replay one seed and print its events, log and violations")
+    parser.add_argument("--replay", type=Path, help="replay a saved scenario (JSON)")
+    parser.add_argument("--seeds", type=int, default=100, help="how many seeds to run (from --start)")
+    parser.add_argument("--start", type=int, default=1, help="the first seed")
+    parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1)
+    parser.add_argument("--kinds", default="", help="comma-separated disturbance kinds (default: all)")
+    parser.add_argument("--out", type=Path, help="write the coverage report (JSON) here")
+    parser.add_argument("--shrink", action="store_true", help="shrink the first failing scenario")
+    parser.add_argument("--quiet", action="store_true", help="no progress bar")
+    args = parser.parse_args(argv)
+    console = Console(stderr=True)
+    kinds = tuple(k for k in args.kinds.split(",") if k) or None
+
+    if args.seed is not None or args.replay is not None:
+        if args.replay is not None:
+            scenario = Scenario.from_json(args.replay.read_text())
+        else:
+            scenario = draw(args.seed) if kinds is None else draw(args.seed, kinds=kinds)
+        print(scenario.to_json())
+        result = run(scenario, trace=bool(os.environ.get("FLEETSIM_TRACE")))
+        for line in result.pop("log"):
+            print(line)
+        print(json.dumps({k: v for k, v in result.items() if k != "counters"}, indent=1))
+        return 1 if result["violations"] else 0
+
+    seeds = range(args.start, args.start + args.seeds)
+    started = time.monotonic()
+    results: list[dict[str, Any]] = []
+    with Progress(TextColumn("fleet simulator"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                  console=console, disable=args.quiet) as progress:
+        task = progress.add_task("seeds", total=len(seeds))
+        if args.jobs > 1:
+            with multiprocessing.get_context("fork").Pool(args.jobs) as pool:
+                for result in pool.imap_unordered(_run_one, [(s, kinds) for s in seeds], chunksize=2):
+                    results.append(result)
+                    progress.advance(task)
+        else:
+            for s in seeds:
+                results.append(_run_one((s, kinds)))
+                progress.advance(task)
+    results.sort(key=lambda r: r["seed"])
+    report = summarise(results, time.monotonic() - started)
+    table = Table(title=f"{report['seeds']} schedules, {report['failed']} failed, "
+                        f"{report['schedules_per_minute']} per minute")
+    table.add_column("disturbance")
+    table.add_column("schedules", justify="right")
+    table.add_column("worst recovery (D)", justify="right")
+    table.add_column("bound (D, replicas 1)", justify="right")
+    for kind in KINDS:
+        table.add_row(kind, str(report["schedules_by_kind"][kind]), str(report["worst_recovery_d_by_kind"][kind]),
+                      str(report["bounds_d"].get(kind, "")))
+    console.print(table)
+    failed = [r for r in results if r["violations"]]
+    for r in failed[:5]:
+        console.print(f"[red]seed {r['seed']}[/red] ({', '.join(r['kinds'])}): {r['violations'][0]}")
+        console.print(f"  replay: PYTHONHASHSEED=0 python -m tests.fleetsim --seed {r['seed']}")
+    if failed and args.shrink:
+        first = Scenario.from_json(failed[0]["scenario"])
+        small = shrink(first)
+        path = (args.out.parent if args.out else Path(".")) / f"fleet_sim_failure_{small.seed}.json"
+        path.write_text(small.to_json())
+        console.print(f"shrunk to {len(small.events)} events, {small.keys} keys: "
+                      f"python -m tests.fleetsim --replay {path}")
+    if args.out:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        report["failures"] = [{"seed": r["seed"], "kinds": r["kinds"], "violations": r["violations"]}
+                              for r in failed[:20]]
+        args.out.write_text(json.dumps(report, indent=1) + "\n")
+    print(json.dumps({k: report[k] for k in ("seeds", "failed", "failing_seeds", "schedules_per_minute")}))
+    return 1 if failed else 0
+
+
+def _run_one(job: tuple[int, tuple[str, ...] | None]) -> dict[str, Any]:
+    seed, kinds = job
+    try:
+        result = run_seed(seed, kinds)
+    except Exception as exc:  # a crash of the simulated code is a failure of that seed
+        import traceback
+
+        return {"seed": seed, "kinds": [], "violations": [f"exception: {exc!r}\n{traceback.format_exc()}"],
+                "recovery_d": 0.0, "duplicates": {}, "cpu_s": 0.0, "scenario": draw(seed).to_json()}
+    result.pop("log", None)
+    return result
+
+
+if __name__ == "__main__":
+    _reexec_with_fixed_hash_seed()
+    sys.exit(main())

@@ -1,0 +1,164 @@
+"""The invariants the simulator checks, after every event and at the end of a run.
+
+After every event:
+
+* **one holder**: no key is held (``holds(key)``: the member may process it now) by two
+  members at once, paused members included (a paused member resumes with the validity it had);
+* **checkpoints never go backwards**: each lease row's ``checkpointOrder`` never decreases;
+* **no duplicate after a graceful hand-off** (recorded by the world as records are delivered);
+* **liveness**: from :func:`~tests.fleetsim.bounds.settled_at` on, every ready key is
+  processed (a running, unpaused member holds it and processes it), with gaps no longer than
+  :attr:`~tests.fleetsim.bounds.Timing.gap`.
+
+At the end: every record written before the quiet phase was delivered, and the run's figures
+(worst recovery in lease durations, duplicates by cause, scans and plan publishes in the last
+stretch of the quiet phase).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from tests.fleetsim.bounds import effect_end, settled_at
+from tests.fleetsim.world import World
+
+
+@dataclass
+class KeyTrack:
+    unprocessed_since: float | None = 0.0
+    last_gap_end: float = 0.0
+    """When the key's last gap longer than the allowance ended (recovery)."""
+    order: str = ""
+
+
+GRACEFUL = frozenset({"sigterm", "join", "lag", "reshard", "wall_step"})
+"""Disturbances that must not make any record be delivered twice (nothing expires)."""
+PLAN_HEAD = "__manifest__#plan"
+
+
+@dataclass
+class Checker:
+    """Looks at a :class:`World` after each event (see the module docs)."""
+
+    world: World
+    settle: float = 0.0
+    keys: dict[str, KeyTrack] = field(default_factory=dict)
+    violations: list[str] = field(default_factory=list)
+    max_violations: int = 5
+    publishes: list[float] = field(default_factory=list)
+    """When the published plan's head moved to a new version."""
+    _plan_version: str = ""
+
+    def __post_init__(self) -> None:
+        self.settle = settled_at(self.world.scenario)
+        self.keys = {k: KeyTrack() for k in self.world.ready_keys()}
+        self.world.observers.append(self)
+
+    def fail(self, what: str) -> None:
+        if len(self.violations) < self.max_violations:
+            self.violations.append(f"t={self.world.now:.3f}: {what}")
+
+    def __call__(self, world: World) -> None:
+        now = world.now
+        gap = world.timing.gap
+        for key in world.ready_keys():
+            holders = world.holders(key)
+            if len(holders) > 1:
+                self.fail(f"{key} held by {holders} at once")
+            track = self.keys.setdefault(key, KeyTrack())
+            if world.processing(key):
+                if track.unprocessed_since is not None:
+                    if now - track.unprocessed_since > gap:
+                        track.last_gap_end = now
+                        if now - max(track.unprocessed_since, self.settle) > gap:
+                            self.fail(f"{key} was unprocessed from t={track.unprocessed_since:.3f} "
+                                      f"(settled at t={self.settle:.3f}, allowed gap {gap:.2f} s)")
+                    track.unprocessed_since = None
+            elif track.unprocessed_since is None:
+                track.unprocessed_since = now
+            if (track.unprocessed_since is not None and now >= self.settle
+                    and now - max(track.unprocessed_since, self.settle) > gap):
+                self.fail(f"{key} unprocessed since t={track.unprocessed_since:.3f} "
+                          f"(settled at t={self.settle:.3f}, allowed gap {gap:.2f} s)")
+                track.unprocessed_since = now  # report each stall once
+            item = world.memory.item(key)
+            order = item.get("checkpointOrder", {}).get("S", "") if item else ""
+            if order and track.order and order < track.order:
+                self.fail(f"{key} checkpoint went backwards: {track.order!r} -> {order!r}")
+            if order:
+                track.order = order
+        head = world.memory.item(PLAN_HEAD)
+        version = str(head.get("version", {}).get("N", "")) if head else ""
+        if version and version != self._plan_version:
+            self.publishes.append(now)
+        self._plan_version = version
+        for v in world.violations:
+            if v not in self.violations:
+                self.fail(v)
+
+    def finish(self) -> dict[str, Any]:
+        """End-of-run checks and figures."""
+        world = self.world
+        scenario = world.scenario
+        for key in world.all_keys():
+            cutoff = world.produced(key, scenario.quiet_at)
+            missing = [s for s in range(1, cutoff + 1) if s not in world.delivered[key]]
+            if missing:
+                self.fail(f"{key}: {len(missing)} records written before the quiet phase were never "
+                          f"delivered (first {missing[0]})")
+        kinds = set(scenario.kinds())
+        if world.duplicates and kinds <= GRACEFUL:
+            self.fail(f"records delivered twice ({dict(world.duplicates)}) though only {sorted(kinds)} happened: "
+                      "nothing expired, so nothing may be delivered again")
+        self._check_publishes()
+        self._check_processes()
+        self._check_shared_rows()
+        last = max([0.0, *(effect_end(e) for e in scenario.events)])
+        recovery = max((t.last_gap_end for t in self.keys.values()), default=0.0)
+        d = scenario.lease_duration
+        return {
+            "seed": scenario.seed,
+            "kinds": list(scenario.kinds()),
+            "violations": list(self.violations),
+            "recovery_d": round(max(0.0, recovery - last) / d, 3) if scenario.events else 0.0,
+            "duplicates": dict(world.duplicates),
+            "settle_d": round(self.settle / d, 2),
+            "events": len(scenario.events),
+            "publishes": len(self.publishes),
+        }
+
+    def _check_publishes(self) -> None:
+        """The plan is published about once per change of the fleet, not every round while
+        members disagree: at most 2 + (changes of the member list and disturbances in the last
+        3 lease durations) versions within any 2 lease durations."""
+        world = self.world
+        d = world.scenario.lease_duration
+        changes = [t for t, _ in world._truth[1:]] + [e.at for e in world.scenario.events]
+        for i, at in enumerate(self.publishes):
+            recent = [t for t in self.publishes[: i + 1] if t > at - 2 * d]
+            allowed = 2 + sum(1 for t in changes if at - 3 * d <= t <= at)
+            if len(recent) > allowed:
+                self.fail(f"the plan was published {len(recent)} times within 2 lease durations before "
+                          f"t={at:.3f} (allowed {allowed}: list changes and disturbances nearby)")
+                return
+
+    def _check_processes(self) -> None:
+        """Two processes under one member id: one must have refused to run by the end."""
+        by_id: dict[str, list[str]] = {}
+        for m in self.world.members.values():
+            if m.alive and not m.legacy and not m.coordinator.status().stopping:
+                by_id.setdefault(m.id, []).append(m.name)
+        for member_id, names in by_id.items():
+            if len(names) > 1:
+                self.fail(f"{names} both still run as member {member_id!r}: one must refuse a duplicate id")
+
+    def _check_shared_rows(self) -> None:
+        """A corrupt or missing plan head is repaired while scoped members run."""
+        world = self.world
+        scoped = [m for m in world.members.values() if m.alive and not m.legacy]
+        if world.scenario.reads != "scoped" or not scoped:
+            return
+        head = world.memory.item(PLAN_HEAD)
+        if head is not None and not all(k in head for k in ("version", "digest", "owner", "counter")):
+            self.fail(f"the plan head is still unreadable at the end: {head}")

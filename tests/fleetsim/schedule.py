@@ -1,0 +1,195 @@
+"""What one simulated run does: a :class:`Scenario` (the fleet's settings) and its events.
+
+A scenario is drawn from a seed (:func:`draw`), so ``--seed N`` replays it exactly, and it
+is plain data (:meth:`Scenario.to_json`), so a shrunk scenario can be saved and replayed
+(``--replay file.json``). Times are simulated seconds from the start of the run; the
+*disturbance phase* ends at ``quiet_at``, after which only the persistent conditions it
+left behind stay (a listed member that never runs, an older-build member, a lagging list,
+a denied action) and the fleet must recover within the stated bounds
+(:mod:`tests.fleetsim.bounds`).
+
+Disturbance kinds (``Event.kind``):
+
+=============== ===================================================================
+``crash``       SIGKILL: the member stops at once; it stays listed until ``unlist``
+``unlist``      the member list drops a member (a failing readiness probe)
+``restart``     a crashed member starts again (``same_id``: the same member id)
+``sigterm``     a graceful stop (hand-offs that complete at once); unlisted at once
+``pause``       the process stops for ``seconds`` (SIGSTOP, a GC pause), then goes on
+``join``        a new member starts and is listed after ``listed_after`` seconds
+``lag``         the member's list shows the truth of ``seconds`` ago, for ``for``
+``phantom``     a member that is listed but never runs
+``legacy``      a member of the previous release (rows renewed every tick, rows timed
+                by their row; it cannot parse rows written under session leases)
+``throttle``    the member's DynamoDB calls are throttled with probability ``p``
+``ambiguous``   the member's writes are applied, then answered with a 500 (``p``)
+``deny``        the member may not call ``action`` (IAM) for the rest of the run
+``corrupt``     a shared row is overwritten with garbage (``row``: plan_head,
+                plan_chunk, manifest_head, session, lease)
+``wall_step``   the member's wall clock jumps by ``seconds``
+``reshard``     a shard is split (``worker`` scenarios: its lease key ends, two begin)
+``duplicate``   a second process starts under a running member's id (a misconfiguration:
+                one of the two must refuse to run)
+=============== ===================================================================
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from dataclasses import asdict, dataclass, field, replace
+from typing import Any
+
+KINDS = ("crash", "unlist", "restart", "sigterm", "pause", "join", "lag", "phantom", "legacy", "throttle",
+         "ambiguous", "deny", "corrupt", "wall_step", "reshard", "duplicate")
+"""Every disturbance kind, in the order the coverage report lists them."""
+
+CORRUPT_ROWS = ("plan_head", "plan_chunk", "manifest_head", "session", "lease")
+
+
+@dataclass(frozen=True)
+class Event:
+    """One disturbance at simulated time ``at``."""
+
+    at: float
+    kind: str
+    member: str = ""
+    args: dict[str, Any] = field(default_factory=dict)
+
+    def arg(self, name: str, default: Any = None) -> Any:
+        return self.args.get(name, default)
+
+
+@dataclass(frozen=True)
+class Scenario:
+    """A fleet and its disturbances (see the module docs)."""
+
+    seed: int
+    reads: str = "scoped"
+    """The new members' reads: "scoped" (a membership outside the table) or "scan"."""
+    provider: str = "keys"
+    """"keys": a fixed set of lease keys; "worker": the Worker's shard providers over a stream."""
+    replicas: int = 1
+    lease_duration: float = 3.0
+    members: tuple[str, ...] = ("m0", "m1", "m2")
+    keys: int = 8
+    """Lease keys ("keys") or open shards at the start ("worker")."""
+    skew: tuple[float, ...] = ()
+    """Each member's clock rate (1.0 = exact), by position in ``members`` (then 1.0)."""
+    stale_reads: float = 0.0
+    """Probability that an eventually consistent read returns an older version of a row."""
+    quiet_at: float = 30.0
+    end: float = 90.0
+    events: tuple[Event, ...] = ()
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self), indent=1, sort_keys=True)
+
+    @classmethod
+    def from_json(cls, text: str) -> Scenario:
+        data = json.loads(text)
+        data["members"] = tuple(data["members"])
+        data["skew"] = tuple(data["skew"])
+        data["events"] = tuple(Event(**e) for e in data["events"])
+        return cls(**data)
+
+    def kinds(self) -> tuple[str, ...]:
+        return tuple(sorted({e.kind for e in self.events}))
+
+    def without(self, index: int) -> Scenario:
+        return replace(self, events=self.events[:index] + self.events[index + 1:])
+
+
+def draw(seed: int, *, kinds: tuple[str, ...] = KINDS, max_events: int = 6) -> Scenario:
+    """The scenario of ``seed``: a random fleet and up to ``max_events`` disturbances of ``kinds``."""
+    rng = random.Random(seed)
+    reads = rng.choice(["scoped", "scoped", "scan"])
+    provider = rng.choice(["keys", "keys", "worker"])
+    n = rng.randint(2, 5)
+    members = tuple(f"m{i}" for i in range(n))
+    d = 3.0
+    scenario = Scenario(
+        seed=seed,
+        reads=reads,
+        provider=provider,
+        replicas=rng.choice([0, 1, 1, 2]),
+        lease_duration=d,
+        members=members,
+        keys=rng.randint(3, 12),
+        skew=tuple(round(1.0 + rng.uniform(-0.004, 0.004), 5) for _ in members),
+        stale_reads=rng.choice([0.0, 0.0, 0.2]),
+        quiet_at=rng.choice([8.0, 12.0, 20.0]) * d,
+        end=0.0,
+    )
+    events: list[Event] = []
+    running = list(members)
+    crashed: list[str] = []
+    fresh = iter(f"n{i}" for i in range(100))
+    for _ in range(rng.randint(1, max_events)):
+        kind = rng.choice(kinds)
+        at = round(rng.uniform(2.0 * d, scenario.quiet_at - d), 3)
+        event = _event(rng, kind, at, d, running, crashed, fresh, provider)
+        if event is not None:
+            events.append(event)
+    events.sort(key=lambda e: e.at)
+    return replace(scenario, events=tuple(events), end=scenario.quiet_at + 40.0 * d)
+
+
+def _event(rng: random.Random, kind: str, at: float, d: float, running: list[str], crashed: list[str],
+           fresh: Any, provider: str) -> Event | None:
+    """One event of ``kind`` (None if it cannot happen in this fleet)."""
+    if kind in ("crash", "sigterm", "pause", "lag", "throttle", "ambiguous", "deny", "wall_step", "duplicate") \
+            and not running:
+        return None
+    if kind == "crash":
+        member = rng.choice(running)
+        running.remove(member)
+        crashed.append(member)
+        return Event(at, kind, member, {"unlist_after": rng.choice([None, 0.0, d, 2 * d])})
+    if kind == "unlist":
+        if not crashed:
+            return None
+        return Event(at, kind, rng.choice(crashed))
+    if kind == "restart":
+        if not crashed:
+            return None
+        member = crashed.pop(rng.randrange(len(crashed)))
+        same = rng.random() < 0.5
+        new = member if same else next(fresh)
+        running.append(new)
+        return Event(at, kind, member, {"as": new})
+    if kind == "sigterm":
+        if len(running) < 2:
+            return None
+        member = rng.choice(running)
+        running.remove(member)
+        return Event(at, kind, member)
+    if kind == "pause":
+        return Event(at, kind, rng.choice(running), {"seconds": round(rng.uniform(0.3, 2.5) * d, 3)})
+    if kind == "join":
+        member = next(fresh)
+        running.append(member)
+        return Event(at, kind, member, {"listed_after": rng.choice([0.0, 0.0, d / 3])})
+    if kind == "lag":
+        return Event(at, kind, rng.choice(running),
+                     {"seconds": round(rng.uniform(0.5, 3.0) * d, 3), "for": round(rng.uniform(1.0, 6.0) * d, 3)})
+    if kind == "phantom":
+        return Event(at, kind, next(fresh))
+    if kind == "legacy":
+        return Event(at, kind, f"old-{next(fresh)}")
+    if kind in ("throttle", "ambiguous"):
+        return Event(at, kind, rng.choice(running),
+                     {"p": rng.choice([0.3, 0.7, 1.0]), "for": round(rng.uniform(0.5, 3.0) * d, 3)})
+    if kind == "deny":
+        return Event(at, kind, rng.choice(running), {"action": "TransactWriteItems"})
+    if kind == "corrupt":
+        return Event(at, kind, "", {"row": rng.choice(CORRUPT_ROWS), "pick": rng.randrange(1000)})
+    if kind == "wall_step":
+        return Event(at, kind, rng.choice(running), {"seconds": rng.choice([-3.0, 3.0, 30.0, -30.0]) * d})
+    if kind == "reshard":
+        if provider != "worker":
+            return None
+        return Event(at, kind, "", {"pick": rng.randrange(1000)})
+    if kind == "duplicate":
+        return Event(at, kind, rng.choice(running))
+    raise ValueError(f"unknown disturbance kind {kind!r}")
