@@ -73,18 +73,21 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--start", type=int, default=1, help="the first seed")
     parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1)
     parser.add_argument("--kinds", default="", help="comma-separated disturbance kinds (default: all)")
+    parser.add_argument("--reads", choices=("scan", "scoped"), help="every scenario reads this way")
+    parser.add_argument("--provider", choices=("keys", "worker"), help="every scenario plans these keys")
     parser.add_argument("--out", type=Path, help="write the coverage report (JSON) here")
     parser.add_argument("--shrink", action="store_true", help="shrink the first failing scenario")
     parser.add_argument("--quiet", action="store_true", help="no progress bar")
     args = parser.parse_args(argv)
     console = Console(stderr=True)
     kinds = tuple(k for k in args.kinds.split(",") if k) or None
+    fixed = {k: v for k, v in (("reads", args.reads), ("provider", args.provider)) if v}
 
     if args.seed is not None or args.replay is not None:
         if args.replay is not None:
             scenario = Scenario.from_json(args.replay.read_text())
         else:
-            scenario = draw(args.seed) if kinds is None else draw(args.seed, kinds=kinds)
+            scenario = draw(args.seed, **({"kinds": kinds} if kinds else {}), **fixed)
         print(scenario.to_json())
         result = run(scenario, trace=bool(os.environ.get("FLEETSIM_TRACE")))
         for line in result.pop("log"):
@@ -100,12 +103,12 @@ def main(argv: list[str] | None = None) -> int:
         task = progress.add_task("seeds", total=len(seeds))
         if args.jobs > 1:
             with multiprocessing.get_context("fork").Pool(args.jobs) as pool:
-                for result in pool.imap_unordered(_run_one, [(s, kinds) for s in seeds], chunksize=2):
+                for result in pool.imap_unordered(_run_one, [(s, kinds, fixed) for s in seeds], chunksize=2):
                     results.append(result)
                     progress.advance(task)
         else:
             for s in seeds:
-                results.append(_run_one((s, kinds)))
+                results.append(_run_one((s, kinds, fixed)))
                 progress.advance(task)
     results.sort(key=lambda r: r["seed"])
     report = summarise(results, time.monotonic() - started)
@@ -139,10 +142,10 @@ def main(argv: list[str] | None = None) -> int:
     return 1 if failed else 0
 
 
-def _run_one(job: tuple[int, tuple[str, ...] | None]) -> dict[str, Any]:
-    seed, kinds = job
+def _run_one(job: tuple[int, tuple[str, ...] | None, dict[str, str]]) -> dict[str, Any]:
+    seed, kinds, fixed = job
     try:
-        result = run_seed(seed, kinds)
+        result = run_seed(seed, kinds, **fixed)
     except Exception as exc:  # a crash of the simulated code is a failure of that seed
         import traceback
 

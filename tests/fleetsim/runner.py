@@ -96,8 +96,9 @@ def _counters(world: World) -> dict[str, int]:
     return totals
 
 
-def run_seed(seed: int, kinds: tuple[str, ...] | None = None) -> dict[str, Any]:
-    scenario = draw(seed) if kinds is None else draw(seed, kinds=kinds)
+def run_seed(seed: int, kinds: tuple[str, ...] | None = None, **fixed: Any) -> dict[str, Any]:
+    """Run the scenario of ``seed`` (only ``kinds`` of disturbances; ``fixed``: reads, provider)."""
+    scenario = draw(seed, **({"kinds": kinds} if kinds else {}), **fixed)
     result = run(scenario)
     result["scenario"] = scenario.to_json() if result["violations"] else None
     return result

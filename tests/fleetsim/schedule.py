@@ -22,7 +22,8 @@ Disturbance kinds (``Event.kind``):
 ``legacy``      a member of the previous release (rows renewed every tick, rows timed
                 by their row; it cannot parse rows written under session leases)
 ``throttle``    the member's DynamoDB calls are throttled with probability ``p``
-``ambiguous``   the member's writes are applied, then answered with a 500 (``p``)
+``ambiguous``   the member's writes are applied, then answered with a 500 (``p``), or
+                answered with a 500 without being applied (``p``)
 ``deny``        the member may not call ``action`` (IAM) for the rest of the run
 ``corrupt``     a shared row is overwritten with garbage (``row``: plan_head,
                 plan_chunk, manifest_head, session, lease)
@@ -100,11 +101,15 @@ class Scenario:
         return replace(self, events=self.events[:index] + self.events[index + 1:])
 
 
-def draw(seed: int, *, kinds: tuple[str, ...] = KINDS, max_events: int = 6) -> Scenario:
-    """The scenario of ``seed``: a random fleet and up to ``max_events`` disturbances of ``kinds``."""
+def draw(seed: int, *, kinds: tuple[str, ...] = KINDS, max_events: int = 6, reads: str | None = None,
+         provider: str | None = None) -> Scenario:
+    """The scenario of ``seed``: a random fleet and up to ``max_events`` disturbances of ``kinds``
+    (``reads`` and ``provider``: fixed instead of drawn)."""
     rng = random.Random(seed)
-    reads = rng.choice(["scoped", "scoped", "scan"])
-    provider = rng.choice(["keys", "keys", "worker"])
+    drawn_reads = rng.choice(["scoped", "scoped", "scan"])
+    drawn_provider = rng.choice(["keys", "keys", "worker"])
+    reads = reads or drawn_reads
+    provider = provider or drawn_provider
     n = rng.randint(2, 5)
     members = tuple(f"m{i}" for i in range(n))
     d = 3.0
@@ -177,7 +182,10 @@ def _event(rng: random.Random, kind: str, at: float, d: float, running: list[str
         return Event(at, kind, next(fresh))
     if kind == "legacy":
         return Event(at, kind, f"old-{next(fresh)}")
-    if kind in ("throttle", "ambiguous"):
+    if kind == "ambiguous":  # each write: applied then a 500, or a 500 without applying (p each)
+        return Event(at, kind, rng.choice(running),
+                     {"p": rng.choice([0.3, 0.6]), "for": round(rng.uniform(0.5, 3.0) * d, 3)})
+    if kind == "throttle":
         return Event(at, kind, rng.choice(running),
                      {"p": rng.choice([0.3, 0.7, 1.0]), "for": round(rng.uniform(0.5, 3.0) * d, 3)})
     if kind == "deny":

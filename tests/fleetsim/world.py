@@ -80,6 +80,9 @@ class MemberClient:
                     f"User: arn:aws:iam::123456789012:user/{member.id} is not authorized to perform: "
                     f"dynamodb:{operation} on resource: arn:aws:dynamodb:us-east-1:123456789012:table/{TABLE}")},
                     "ResponseMetadata": {"HTTPStatusCode": 400}}, operation)
+            if fault == "failed":
+                raise ClientError({"Error": {"Code": "InternalServerError", "Message": "failed"},
+                                   "ResponseMetadata": {"HTTPStatusCode": 500}}, operation)
             if fault == "throttle":
                 raise ClientError({"Error": {"Code": "ProvisionedThroughputExceededException", "Message": "slow down"},
                                    "ResponseMetadata": {"HTTPStatusCode": 400}}, operation)
@@ -154,8 +157,12 @@ class SimMember:
         if now < until and world.rng.random() < p:
             return "throttle"
         p, until = self.ambiguous
-        if operation in WRITES and now < until and world.rng.random() < p:
-            return "ambiguous"
+        if operation in WRITES and now < until:
+            draw = world.rng.random()
+            if draw < p:
+                return "ambiguous"
+            if draw < 2 * p:
+                return "failed"
         return ""
 
     @property
@@ -578,6 +585,10 @@ class World:
         if self.stream is None:
             return self.keys
         return [self.stream.key(s) for s in sorted(self.stream.shards)]
+
+    def serving(self) -> bool:
+        """Whether a member of this release runs and is listed (else nobody can be held to a bound)."""
+        return any(m.alive and not m.legacy and m.id in self.listed for m in self.members.values())
 
     def processing(self, key: str) -> list[str]:
         """Members processing ``key`` now: running, not paused, a processor started, lease held."""
