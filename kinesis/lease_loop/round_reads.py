@@ -82,6 +82,7 @@ class RoundReads:
             return self._scoped_round(full=full)
         # scoped reads sweep eventually consistent (every write is conditional on what it read)
         snapshot = self._holder.table.scan(consistent=self._s.reads == "scan")
+        snapshot = self._fresh_snapshot(snapshot)
         self.last_full = snapshot
         self._scoped.swept(self._clock())
         self._record.table_read()
@@ -123,6 +124,7 @@ class RoundReads:
             plan, held, keys, now, full=full, interval=self._s.backup_check_interval,
             tick_interval=timing.tick_interval, lease_duration=timing.lease_duration)
         rows, sessions = self._holder.table.read_rows(wanted, watched) if wanted or watched else ({}, {})
+        rows, sessions = self._fresh(rows, sessions)
         if rows or sessions or held:
             self._record.table_read()
         self._follow_plan((r for r in sessions.values() if r is not None), listed, now, full=full, ready=ready)
@@ -135,6 +137,27 @@ class RoundReads:
         snap = self._snapshot(now, found, to_take)
         self._obs.suspect(snap, active)
         return self._view(snap, plan, keys, to_take, ready)
+
+    def _fresh(self, rows: dict[str, Lease | None], sessions: dict[str, SessionRow | None]
+               ) -> tuple[dict[str, Lease | None], dict[str, SessionRow | None]]:
+        """``rows`` and ``sessions`` with those read from a stale replica read again, strongly
+        consistent (:meth:`Observations.behind`)."""
+        keys, members = self._obs.behind(rows, sessions)
+        if not keys and not members:
+            return rows, sessions
+        again_rows, again_sessions = self._holder.table.read_rows(keys, members, consistent=True)
+        return {**rows, **again_rows}, {**sessions, **again_sessions}
+
+    def _fresh_snapshot(self, snapshot: TableSnapshot) -> TableSnapshot:
+        """A sweep's snapshot with its stale rows read again (see :meth:`_fresh`)."""
+        keys, members = self._obs.behind(snapshot.leases, snapshot.sessions)
+        if not keys and not members:
+            return snapshot
+        rows, sessions = self._holder.table.read_rows(keys, members, consistent=True)
+        leases = {**snapshot.leases, **rows}
+        current = {**snapshot.sessions, **sessions}
+        return replace(snapshot, leases={k: v for k, v in leases.items() if v is not None},
+                       sessions={k: v for k, v in current.items() if v is not None})
 
     def _follow_plan(self, sessions: Iterable[SessionRow], listed: list[str], now: float, *, full: bool,
                      ready: bool) -> None:

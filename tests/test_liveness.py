@@ -1,0 +1,80 @@
+"""Liveness when members disagree: one focused test per defect the protocol review and the
+fleet simulator found (tests/fleetsim), each failing on the code before its fix.
+
+Fleets of real coordinators on a FakeClock (tests/coordinator_fleet.py) over the in-memory
+DynamoDB (tests/support/memory_dynamodb.py, held to moto by tests/test_memory_dynamodb.py),
+with ``Fleet.check()`` (one holder per key) after every tick.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from kinesis.lease_loop.leases import LeaseTable
+from tests.coordinator_fleet import Fleet
+from tests.support.memory_dynamodb import MemoryDynamoDB
+
+KEYS = [f"q{i:02d}" for i in range(12)]
+
+
+def memory_table(memory: MemoryDynamoDB | None = None, name: str = "liveness") -> LeaseTable:
+    """A lease table over an in-memory DynamoDB (no retry sleeps)."""
+    return LeaseTable(memory or MemoryDynamoDB(), name, retry_attempts=2, sleep=lambda s: None).ensure_table()
+
+
+def settle(fleet: Fleet, rounds: int | None = None) -> None:
+    """Run rounds past the start-up and a new plan's settling window (two lease durations)."""
+    for _ in range(rounds if rounds is not None else int(3 * fleet.lease_duration / fleet.tick_interval) + 2):
+        fleet.round()
+
+
+def rounds_until(fleet: Fleet, done: Callable[[], bool], *, limit: int) -> int:
+    """Rounds run until ``done()`` (asserting it happens within ``limit`` rounds)."""
+    for n in range(limit + 1):
+        if done():
+            return n
+        fleet.round()
+    raise AssertionError(f"not done within {limit} rounds")
+
+
+def held_by(fleet: Fleet, keys: set[str] | list[str], members: set[str]) -> bool:
+    """Every key in ``keys`` is held (and may be processed) by one of ``members``."""
+    holders = fleet.holders()
+    return all(any(m in members for m in holders.get(k, [])) for k in keys)
+
+
+# --- stale eventually consistent reads ---------------------------------------------------------
+
+
+class EveryOtherReadStale:
+    """A stale-read hook: every other eventually consistent read of the matching rows returns
+    the version before the current one (a replica one write behind)."""
+
+    def __init__(self, prefix: str):
+        self.prefix = prefix
+        self.on = False
+        self._n = 0
+
+    def __call__(self, key: str, versions: int) -> int:
+        if not self.on or not key.startswith(self.prefix) or versions < 2:
+            return 0
+        self._n += 1
+        return self._n % 2
+
+
+def test_stale_reads_of_a_dead_members_session_do_not_postpone_its_takeover() -> None:
+    # a watcher times a crashed member's session row; eventually consistent reads from a replica
+    # one renewal behind showed a lower counter every other read, and each such read restarted
+    # the timer: the takeover waited for as long as stale reads kept coming. A read older than
+    # what was already seen is read again, strongly consistent.
+    stale = EveryOtherReadStale("__session__#b")
+    memory = MemoryDynamoDB(stale_reads=stale)
+    fleet = Fleet(memory_table(memory), KEYS, ["a", "b", "c"], reads="scoped", replicas=1)
+    settle(fleet)
+    victim = set(fleet.coordinators["b"].held_keys())
+    assert victim
+    stale.on = True
+    fleet.crash("b")  # still listed: only its watcher (c) times it
+    limit = int((fleet.lease_duration + fleet.lease_duration / 2) / fleet.tick_interval) + 2
+    rounds_until(fleet, lambda: held_by(fleet, victim, {"a", "c"}), limit=limit)
+
