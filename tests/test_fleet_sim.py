@@ -19,6 +19,7 @@ ROOT = Path(__file__).resolve().parent.parent
 REGRESSIONS = [
     # (seed, extra arguments, what it found)
     (21, (), "stale eventually consistent reads of a crashed member's session restarted its expiry timer"),
+    (32, (), "a second process under a running member's id: both kept running, overwriting the session row"),
 ]
 
 

@@ -78,3 +78,35 @@ def test_stale_reads_of_a_dead_members_session_do_not_postpone_its_takeover() ->
     limit = int((fleet.lease_duration + fleet.lease_duration / 2) / fleet.tick_interval) + 2
     rounds_until(fleet, lambda: held_by(fleet, victim, {"a", "c"}), limit=limit)
 
+
+
+# --- a member id used by two processes -----------------------------------------------------------
+
+
+def test_a_second_process_under_the_same_member_id_makes_the_first_refuse_to_run() -> None:
+    # DuplicateMemberIdError said the process stops renewing, but the next tick started a new
+    # session under a new token, overwriting the other process's: the two flipped the session
+    # row every tick for as long as both ran. The process that finds another's token now
+    # refuses to run: it drops its leases without a write and stops its loop.
+    memory = MemoryDynamoDB()
+    fleet = Fleet(memory_table(memory), KEYS, ["a", "b"], reads="scoped")
+    settle(fleet, 3)
+    first = fleet.coordinators["b"]
+    assert first.held_keys()
+    second = fleet.add("b")  # another process with the same id (the harness's newest "b")
+    tokens = []
+    for _ in range(6):
+        first.tick()
+        second.tick()
+        fleet.coordinators["a"].tick()
+        fleet.clock.advance(fleet.tick_interval)
+        tokens.append(memory.item("__session__#b")["sessionToken"]["S"])
+    assert len(set(tokens)) == 1, f"the session row changed hands {len(set(tokens)) - 1} times"
+    assert first.status().stopping and first.held_keys() == ()
+    assert "DuplicateMemberIdError" in (first.status().last_error or "")
+    assert second.status().stopping is False
+    for _ in range(int(2 * fleet.lease_duration / fleet.tick_interval) + 2):
+        second.tick()
+        fleet.coordinators["a"].tick()
+        fleet.clock.advance(fleet.tick_interval)
+    assert second.held_keys(), "the newer process takes the id's leases over once they expire"

@@ -298,3 +298,35 @@ def test_resharding_while_running_parents_finish_before_children(kinesis_reshard
     finally:
         for w in workers:
             w.stop()
+
+
+def test_a_worker_whose_member_id_another_process_takes_refuses_to_run(aws: LocalAWS) -> None:
+    # two processes with one worker_id (a misconfiguration): the one that finds the other's
+    # session token stops processing at once, its run() raises DuplicateMemberIdError and its
+    # liveness probe fails; the other keeps the id and takes its leases over
+    from kinesis.errors import DuplicateMemberIdError
+
+    kinesis = aws.client("kinesis")
+    kinesis.create_stream(StreamName="orders", ShardCount=2)
+    journal = Journal()
+    members = StaticMembership(["w1"], "w1")
+    first = make_worker(aws, journal, "w1", lease_duration=2.0, membership=members)
+    outcome: list[BaseException | bool] = []
+
+    def run_first() -> None:
+        try:
+            outcome.append(first.run(install_signal_handlers=False, configure_logging=False))
+        except BaseException as exc:
+            outcome.append(exc)
+
+    thread = threading.Thread(target=run_first, daemon=True)
+    thread.start()
+    assert eventually(lambda: first.state == "running" and held(first) == 2, 30)
+    second = make_worker(aws, journal, "w1", lease_duration=2.0, membership=StaticMembership(["w1"], "w1")).start()
+    try:
+        thread.join(30)
+        assert outcome and isinstance(outcome[0], DuplicateMemberIdError), outcome
+        assert not first.is_live() and held(first) == 0
+        assert eventually(lambda: held(second) == 2, 30)  # its leases, once they expired
+    finally:
+        second.stop()

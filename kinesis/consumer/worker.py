@@ -199,7 +199,8 @@ class Worker:
         ``configure_logging``: call :func:`kinesis.setup_logging` (INFO with timestamps to
         stderr), which does nothing if the application already configured logging; pass False
         to leave logging alone. Returns what :meth:`stop` returns: True if every lease was
-        handed off in time.
+        handed off in time. Raises :class:`~kinesis.errors.DuplicateMemberIdError` if another
+        process took this worker's member id over (this one stopped processing at once).
         """
         if configure_logging:
             setup_logging()
@@ -210,11 +211,17 @@ class Worker:
                 self._wait_for_stop_request()
         else:
             self._wait_for_stop_request()
-        return self.stop(graceful=True)
+        refused = self.coordinator.refused
+        stopped = self.stop(graceful=refused is None)
+        if refused is not None:
+            raise refused
+        return stopped
 
     def _wait_for_stop_request(self) -> None:
+        """Until a stop is requested, or the lease loop refuses to run (a duplicate member id)."""
         while not self._stop_requested.wait(0.5):
-            pass
+            if self.coordinator.refused is not None:
+                return
 
     def request_stop(self) -> None:
         """Ask :meth:`run` to stop gracefully (safe from signal handlers and other threads)."""
@@ -294,8 +301,9 @@ class Worker:
         return self._health.url if self._health is not None else None
 
     def is_live(self) -> bool:
-        """The liveness probe: the lease loop ticked within ``liveness_timeout``."""
-        if self.state not in ("running", "stopping"):
+        """The liveness probe: the lease loop ticked within ``liveness_timeout`` (and does not
+        refuse to run under a member id another process uses)."""
+        if self.state not in ("running", "stopping") or self.coordinator.refused is not None:
             return False
         return worker_health.is_live(self.coordinator.status().last_tick_at, self._started_at, self.clock(),
                                      self.config.effective_liveness_timeout)

@@ -52,6 +52,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import replace
 
 from hashring import Assignment, Membership
+from kinesis.errors import DuplicateMemberIdError
 from kinesis.lease_loop.acquisitions import Acquisitions
 from kinesis.lease_loop.clock import MONOTONIC, Clock
 from kinesis.lease_loop.coordinator_settings import CoordinatorSettings
@@ -279,7 +280,7 @@ class LeaseCoordinator:
             return CoordinatorStatus(
                 member_id=self.member_id,
                 running=self._loop.running(),
-                stopping=self._loop.stopped.is_set(),
+                stopping=self._loop.stopped.is_set() or self._holder.refused is not None,
                 held=tuple(sorted(self._holder.keys())),
                 pending_handoffs=self._holder.pending_handoffs(),
                 suspects=self._obs.suspect_ids,
@@ -315,9 +316,14 @@ class LeaseCoordinator:
 
     # --- rounds --------------------------------------------------------------------------
 
+    @property
+    def refused(self) -> DuplicateMemberIdError | None:
+        """Why this coordinator refuses to run (another process uses its member id), or None."""
+        return self._holder.refused
+
     def _round(self, *, full: bool) -> None:
         with self._life.exclusive() as running:
-            if not running:
+            if not running or self._refusing():
                 return
             try:
                 self._tick(full=full)
@@ -325,6 +331,24 @@ class LeaseCoordinator:
                 self._record.failed(exc)
             finally:
                 self._record.finished(full=full)
+            self._refusing()
+
+    def _refusing(self) -> bool:
+        """Another process took this member id over (its session row names another token):
+        stop at once, without a write (the id is the other process's now): drop every lease
+        (the listener hears ``lease_lost``) and run no more rounds. Whoever runs the
+        coordinator (a Worker) sees :attr:`refused` and stops it."""
+        refused = self._holder.refused
+        if refused is None:
+            return False
+        if self._holder.holding():
+            self._record.last_error = f"{type(refused).__name__}: {refused}"
+            for key, h in self._holder.items():
+                self._holder.forget(key, h)
+                h.gone = True
+                if h.started:
+                    self._listener.call("on_lease_lost", h.lease)
+        return True
 
     def _next_expiry(self) -> float:
         """Seconds until the next lease held by someone else expires unless renewed (a

@@ -25,7 +25,7 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from kinesis.errors import KinesisHashRingError, LeaseLostError
+from kinesis.errors import DuplicateMemberIdError, KinesisHashRingError, LeaseLostError
 from kinesis.lease_loop.clock import Clock
 from kinesis.lease_loop.decisions import Offer
 from kinesis.lease_loop.lease_listener import COUNTER_NAMES, Completion, completion_done
@@ -84,6 +84,8 @@ class LeaseHolder:
         self._session_lock = threading.Lock()
         self.plan_version = 0
         """The published plan this member plans from, recorded in its session row (set by the round)."""
+        self.refused: DuplicateMemberIdError | None = None
+        """Set when another process took this member id over: this process refuses to run."""
 
     # --- reads (any thread) -------------------------------------------------------------
 
@@ -178,6 +180,8 @@ class LeaseHolder:
         with self._session_lock:  # one renewal at a time (the round, or a late checkpoint)
             sent = self._clock()
             with self.lock:
+                if self.refused is not None:
+                    return
                 if unless_newer_than is not None and sent - self._session_sent < unless_newer_than:
                     return
                 previous = self._session_counter
@@ -186,6 +190,11 @@ class LeaseHolder:
                     self._session_uncertain = False
             try:
                 row = self.table.renew_session(self._me, self.session, previous, plan_version=self.plan_version)
+            except DuplicateMemberIdError as exc:
+                with self.lock:
+                    self.refused = exc
+                log.critical("%s: %s", self._me, exc)
+                return
             except BaseException as exc:
                 with self.lock:  # it may have been applied: the next success cannot say when
                     self._session_uncertain = True

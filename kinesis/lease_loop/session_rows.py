@@ -17,6 +17,7 @@ current token is timed by its own row, as before.
 from __future__ import annotations
 
 import uuid
+from typing import Any
 
 from kinesis.errors import DuplicateMemberIdError
 from kinesis.lease_loop import lease_model as m
@@ -67,15 +68,16 @@ class SessionRows:
             item = self.calls.update(key, set_=set_, condition=condition, values=values, token="")
         except ConditionFailed as failed:
             current = failed.current
-            if current is None:  # deleted meanwhile: start a new session (a token never comes back)
+            other = _token(current)
+            if current is None or other is None:  # deleted (or overwritten with something that is
+                # no session row) meanwhile: start a new session (a token never comes back)
                 return self.renew(member_id, uuid.uuid4().hex, None, plan_version=plan_version)
-            other = current.get(m.SESSION_TOKEN, {}).get("S")
             if other == token and current.get(m.COUNTER, {}).get("N") == str(previous + 1):
                 return m.session_from_item(current)  # a retried write that had succeeded
             raise DuplicateMemberIdError(
                 f"member id {member_id!r} has a session in another process (token {other}, this "
-                f"one {token}): give every member a unique id (e.g. the pod name); this process "
-                "stops renewing its leases"
+                f"one {token}): every member needs a unique id (e.g. the pod name); this process "
+                "refuses to run: it stopped processing and renewing, and leaves the id to the other"
             ) from None
         return m.session_from_item(item)
 
@@ -84,3 +86,9 @@ class SessionRows:
         given: a stale row, not renewed since it was read)."""
         condition, values = attributes_equal({"#tok": {"S": token}, "#c": None if counter is None else num(counter)})
         return self.calls.delete(m.SESSION_PREFIX + member_id, condition=condition, values=values)
+
+
+def _token(item: dict[str, Any] | None) -> str | None:
+    """The session token of a session row's raw item (None: no row, or not a session row)."""
+    value = (item or {}).get(m.SESSION_TOKEN)
+    return value.get("S") if isinstance(value, dict) and isinstance(value.get("S"), str) else None
