@@ -67,7 +67,9 @@ class Checker:
             holders = world.holders(key)
             if len(holders) > 1:
                 self.fail(f"{key} held by {holders} at once")
-            track = self.keys.setdefault(key, KeyTrack())
+            track = self.keys.get(key)
+            if track is None:  # ready from now on (a new shard whose parents finished)
+                track = self.keys[key] = KeyTrack(unprocessed_since=now)
             if world.processing(key):
                 if track.unprocessed_since is not None:
                     if now - track.unprocessed_since > gap:
