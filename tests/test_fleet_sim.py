@@ -20,6 +20,8 @@ REGRESSIONS = [
     # (seed, extra arguments, what it found)
     (21, (), "stale eventually consistent reads of a crashed member's session restarted its expiry timer"),
     (32, (), "a second process under a running member's id: both kept running, overwriting the session row"),
+    (14, (), "a corrupt plan head was never replaced: it stayed unreadable to the end"),
+    (57, (), "a corrupt plan head was never replaced (with a duplicate id)"),
 ]
 
 

@@ -9,6 +9,7 @@ with ``Fleet.check()`` (one holder per key) after every tick.
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 from kinesis.lease_loop.leases import LeaseTable
 from tests.coordinator_fleet import Fleet
@@ -110,3 +111,58 @@ def test_a_second_process_under_the_same_member_id_makes_the_first_refuse_to_run
         fleet.coordinators["a"].tick()
         fleet.clock.advance(fleet.tick_interval)
     assert second.held_keys(), "the newer process takes the id's leases over once they expire"
+
+
+# --- the published plan: a corrupt head, and two members that both own its chore ----------------
+
+
+def plan_head(memory: MemoryDynamoDB) -> dict[str, Any] | None:
+    return memory.item("__manifest__#plan")
+
+
+def test_a_corrupt_plan_head_is_replaced_by_the_chore_owner() -> None:
+    # the head was read before the chore owner's branch, so the owner raised like everyone else
+    # and nobody ever published over an unreadable head: members that restarted planned from
+    # stable_assignment while the others kept their old baseline, a lasting disagreement
+    memory = MemoryDynamoDB()
+    fleet = Fleet(memory_table(memory), KEYS, ["a", "b", "c"], reads="scoped")
+    settle(fleet)
+    head = plan_head(memory)
+    assert head is not None
+    before = int(head["version"]["N"])
+    memory.corrupt("__manifest__#plan", {"leaseKey": {"S": "__manifest__#plan"}, "garbage": {"S": "x"}})
+    fleet.add("d")  # a change: every member follows the head again
+    settle(fleet)
+    head = plan_head(memory)
+    assert head is not None and "version" in head, head
+    assert int(head["version"]["N"]) > before  # continues the chain (followers never go back)
+    versions = {c._reads._planner.published.version for c in fleet.coordinators.values()}
+    assert versions == {int(head["version"]["N"])}
+    assert max(fleet.counts().values()) - min(fleet.counts().values()) <= 1
+
+
+def test_two_members_that_both_own_the_plan_chore_do_not_republish_every_round() -> None:
+    # c owns the plan chore among a, b, c; with the newcomer n3 listed, n3 owns it. While c's
+    # member list lags (it does not list n3 yet), both publish: each read the other's plan,
+    # planned from it and published its own again, every round (the head went from version 1
+    # to 12 in 40 ticks in the review, at ~510 WCU a publish at 100,000 x 10,000)
+    memory = MemoryDynamoDB()
+    fleet = Fleet(memory_table(memory), KEYS, ["a", "b", "c"], reads="scoped")
+    settle(fleet)
+    fleet.add("n3", visible=False)
+    for member in ("a", "b", "n3"):
+        fleet.memberships[member].set_members(["a", "b", "c", "n3"])
+    fleet.member_list = ["a", "b", "c", "n3"]
+    head = plan_head(memory)
+    assert head is not None
+    before = int(head["version"]["N"])
+    for _ in range(40):  # c's list lags for 40 ticks
+        fleet.round()
+    published = int(plan_head(memory)["version"]["N"]) - before  # type: ignore[index]
+    assert published <= 8, f"{published} versions in 40 ticks"
+    fleet.memberships["c"].set_members(["a", "b", "c", "n3"])  # the lag ends
+    settle(fleet)
+    assert max(fleet.counts().values()) - min(fleet.counts().values()) <= 1
+    # the baselines meet again (a publish waits while the last overwrite's doubling runs out)
+    rounds_until(fleet, lambda: len({c._reads._planner.published.version for c in fleet.coordinators.values()}) == 1,
+                 limit=40)

@@ -52,7 +52,12 @@ class ManifestConflictError(KinesisHashRingError):
 
 
 class ManifestCorruptError(CorruptLeaseError):
-    """A head or chunk row could not be parsed, or the chunks do not match the head's digest."""
+    """A head or chunk row could not be parsed, or the chunks do not match the head's digest;
+    ``item`` is the head row as read when the head itself is unreadable (else None)."""
+
+    def __init__(self, key: str, reason: str, item: dict[str, Any] | None = None):
+        super().__init__(key, reason)
+        self.item = item
 
 
 @dataclass(frozen=True)
@@ -118,12 +123,19 @@ class ManifestStore:
 
     # --- writes (conditional on the head's counter) ----------------------------------
 
-    def claim(self, owner: str, seen: ManifestHead | None) -> ManifestHead:
+    def claim(self, owner: str, seen: ManifestHead | None, *, version: int = 0) -> ManifestHead:
         """Take the chore: write the head with ``owner`` (same version), conditional on ``seen``
-        (``None``: no head yet). Raises :class:`ManifestConflictError` if the head moved."""
+        (``None``: no head yet; the new head starts at ``version``, for a head rebuilt after it
+        was lost). Raises :class:`ManifestConflictError` if the head moved."""
         if seen is None:
-            return self._put_head(ManifestHead(self.name, 0, 0, _EMPTY_DIGEST, owner, 1), None)
+            return self._put_head(ManifestHead(self.name, version, 0, _EMPTY_DIGEST, owner, 1), None)
         return self._put_head(replace(seen, owner=owner, counter=seen.counter + 1), seen)
+
+    def claim_corrupt(self, owner: str, item: dict[str, Any], *, version: int) -> ManifestHead:
+        """Replace an unreadable head row (``item``, as read) with a head of ``owner`` at
+        ``version``, conditional on every attribute of ``item`` being unchanged (so a head
+        someone repaired meanwhile stays). Raises :class:`ManifestConflictError` if it changed."""
+        return self._put_head(ManifestHead(self.name, version, 0, _EMPTY_DIGEST, owner, 1), None, corrupt=item)
 
     def renew(self, head: ManifestHead) -> ManifestHead:
         """The owner's heartbeat: counter + 1, conditional on ``head``."""
@@ -173,7 +185,8 @@ class ManifestStore:
                 return
             i += 1
 
-    def _put_head(self, new: ManifestHead, seen: ManifestHead | None) -> ManifestHead:
+    def _put_head(self, new: ManifestHead, seen: ManifestHead | None, *,
+                  corrupt: dict[str, Any] | None = None) -> ManifestHead:
         item = {
             m.KEY: {"S": self.head_key},
             "version": {"N": str(new.version)},
@@ -185,15 +198,17 @@ class ManifestStore:
         for name, value in (("chunkId", new.chunk_id), ("prevChunkId", new.previous_chunk_id)):
             if value:
                 item[name] = {"S": value}
-        if seen is None:
-            condition, values = "attribute_not_exists(#k)", None
+        names: dict[str, str]
+        if corrupt is not None:  # every attribute as read (the key's too: the row still exists)
+            attributes = sorted(corrupt.items())
+            names = {f"#a{i}": name for i, (name, _) in enumerate(attributes)}
+            values = {f":a{i}": value for i, (_, value) in enumerate(attributes)}
+            condition = " AND ".join(f"#a{i} = :a{i}" for i in range(len(attributes)))
+        elif seen is None:
+            condition, values, names = "attribute_not_exists(#k)", None, {"#k": m.KEY}
         else:
-            condition, values = "#c = :c", {":c": {"N": str(seen.counter)}}
-        kwargs: dict[str, Any] = {
-            "Item": item,
-            "ConditionExpression": condition,
-            "ExpressionAttributeNames": {"#k": m.KEY} if seen is None else {"#c": "counter"},
-        }
+            condition, values, names = "#c = :c", {":c": {"N": str(seen.counter)}}, {"#c": "counter"}
+        kwargs: dict[str, Any] = {"Item": item, "ConditionExpression": condition, "ExpressionAttributeNames": names}
         if values:
             kwargs["ExpressionAttributeValues"] = values
         try:
@@ -224,7 +239,8 @@ class ManifestStore:
                 str(item.get("prevChunkId", {}).get("S", "")),
             )
         except (KeyError, ValueError, TypeError, AttributeError) as exc:
-            raise ManifestCorruptError(self.head_key, f"head row unreadable ({exc!r}): delete it to rebuild") from exc
+            raise ManifestCorruptError(self.head_key, f"head row unreadable ({exc!r}): delete it to rebuild",
+                                       dict(item)) from exc
 
 
 _EMPTY_DIGEST = hashlib.sha256(b"").hexdigest()

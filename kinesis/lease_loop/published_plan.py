@@ -74,6 +74,12 @@ FREE_POLLS = 3
 """Ticks in a row a member reads the head while its plan is unpublished, before backing off."""
 MAX_BACKOFF_TICKS = 8
 """Then it reads the head every 2, 4, then at most every this many ticks."""
+SETTLE_TICKS = 3
+"""A chore owner publishes over another member's plan for other inputs (members, keys) only
+once its own inputs and that head have both been unchanged this many ticks, doubling with
+every such overwrite until its inputs change: two members that both own the chore in their
+own member lists take turns at most that often instead of every round."""
+MAX_SETTLE_DOUBLINGS = 4
 
 
 @dataclass(frozen=True)
@@ -122,6 +128,11 @@ class PublishedPlan:
         self._pending_digest = ""  # the plan the current run of head reads is for
         self._behind = False  # a member with a newer baseline was heard of
         self._last_read = -math.inf
+        self._inputs: tuple[object, ...] = ()  # the last plan's (members, keys, weights)
+        self._followed_inputs: tuple[object, ...] | None = None  # the inputs the last follow() saw
+        self._inputs_since = -math.inf  # when they last changed (this member's clock)
+        self._head_seen: tuple[int, float] = (0, -math.inf)  # a head version, and since when it is seen
+        self._overwrites = 0  # other members' heads published over since the inputs last changed
 
     def plan(self, members: tuple[str, ...], keys: tuple[str, ...],
              weights: Mapping[str, float] | None) -> Assignment:
@@ -129,6 +140,7 @@ class PublishedPlan:
         for the same inputs (identical member and key tuples, the same baseline)."""
         base = self.baseline
         inputs = (members, keys, base, weights)
+        self._inputs = inputs[:2] + inputs[3:]
         hit = self._plan
         if hit is not None and all(a is b or a == b for a, b in zip(hit[0], inputs, strict=True)):
             return hit[1]
@@ -171,6 +183,10 @@ class PublishedPlan:
         Errors are logged; the baseline held stays."""
         if self._store is None or not full:
             return
+        if self._followed_inputs is None or not all(
+                a is b or a == b for a, b in zip(self._followed_inputs, self._inputs, strict=True)):
+            self._followed_inputs = self._inputs
+            self._inputs_since, self._overwrites = now, 0
         digest, pending = self._encode(plan)[1], self.pending(plan)
         if pending and digest != self._pending_digest:  # a new change: read now, no backoff carried over
             self._pending_digest, self._misses, self._next_poll = digest, 0, -math.inf
@@ -182,7 +198,8 @@ class PublishedPlan:
             return
         self._behind, self._last_read = False, now
         try:
-            moved = self._follow(self._store, plan, listed, pending=pending, ready=ready)
+            moved = self._follow(self._store, plan, listed, pending=pending, ready=ready, now=now,
+                                 settle=SETTLE_TICKS * tick_interval)
         except (KinesisHashRingError, BotoCoreError, ClientError) as exc:  # keep the baseline
             log.warning("%s: the published plan could not be followed: %s", self._me, exc)
             self._count("plan_errors")
@@ -199,14 +216,27 @@ class PublishedPlan:
         return base is None or (head.version, head.digest) != (base.version, base.digest)
 
     def _follow(self, store: ManifestStore, plan: Assignment, listed: list[str], *, pending: bool,
-                ready: bool) -> bool:
-        head = store.head()
-        if self._differs(head) and self.baseline is not None and head is not None \
-                and head.version <= self.baseline.version:
-            head = store.head(consistent=True)  # not newer: a stale read, or a head rebuilt from 1
+                ready: bool, now: float, settle: float) -> bool:
         def owner() -> bool:  # rendezvous over every member: only when it matters
             return ready and self._me in listed and chore_owners(PLAN_CHORE, listed)[:1] == [self._me]
 
+        try:
+            head = store.head()
+            if self._differs(head) and self.baseline is not None and head is not None \
+                    and head.version <= self.baseline.version:
+                head = store.head(consistent=True)  # not newer: a stale read, or a head rebuilt from 1
+        except ManifestCorruptError as exc:  # the head row itself is unreadable
+            if exc.item is None or not owner():
+                raise
+            log.warning("%s: the published plan's head is unreadable (%s): replacing it", self._me, exc.reason)
+            self._count("plan_errors")
+            try:
+                head = store.claim_corrupt(self._me, exc.item, version=self.version)
+            except ManifestConflictError:
+                return False  # repaired by someone else meanwhile: read it next time
+            return self._publish(store, head, plan)
+        if head is not None and head.version != self._head_seen[0]:
+            self._head_seen = (head.version, now)
         if self._differs(head):
             assert head is not None
             if head.digest == self._encode(plan)[1]:
@@ -225,8 +255,20 @@ class PublishedPlan:
                 return True
         elif not (pending and owner()):
             return False
+        if head is not None and head.version and head.owner != self._me:  # over another's plan
+            wait = settle * 2 ** min(self._overwrites, MAX_SETTLE_DOUBLINGS)
+            if now - self._inputs_since < settle or now - self._head_seen[1] < wait:
+                return False
+            self._overwrites += 1
         try:
-            seen = head if head is not None else store.claim(self._me, None)
+            seen = head if head is not None else store.claim(self._me, None, version=self.version)
+        except ManifestConflictError:
+            return False
+        return self._publish(store, seen, plan)
+
+    def _publish(self, store: ManifestStore, seen: ManifestHead, plan: Assignment) -> bool:
+        """Publish ``plan`` over the head ``seen`` (conditional on it); whether it was written."""
+        try:
             written = store.publish(replace(seen, owner=self._me), self._encode(plan)[0])
         except ManifestConflictError:
             return False  # another publisher moved the head: read it next time
