@@ -174,7 +174,7 @@ def main(argv: list[str] | None = None, *, quiet: bool = False) -> dict[str, Any
         sampler.stop()
         counters = {
             name: sum(m.coordinator.counters[name] for m in (*members.values(), leaving, crashed))
-            for name in ("created", "adopted", "takeovers", "handoffs", "leases_lost")
+            for name in ("created", "adopted", "takeovers", "handoffs", "offers_withdrawn", "leases_lost")
         }
         for m in members.values():
             m.coordinator.stop(graceful=True, timeout=5 * duration)

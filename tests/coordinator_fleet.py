@@ -58,6 +58,11 @@ class Processing:
         if self.by_key.get(key) == member:
             del self.by_key[key]
 
+    def start_session(self, member: str) -> None:
+        """``member`` runs (its session row is written) before its first round: hand-offs go
+        only to members with a session row."""
+        self.coordinators[member]._holder.renew_session()
+
     def crash(self, member: str) -> None:
         for key in [k for k, m in self.by_key.items() if m == member]:
             del self.by_key[key]
@@ -171,6 +176,11 @@ class Fleet:
             self.tick(member)
         if advance:
             self.clock.advance(self.tick_interval)
+
+    def start_session(self, member: str) -> None:
+        """``member`` runs (its session row is written) before its first round: hand-offs go
+        only to members with a session row."""
+        self.coordinators[member]._holder.renew_session()
 
     def crash(self, member: str) -> None:
         """The process dies: it stops ticking and its processing stops (nothing graceful)."""

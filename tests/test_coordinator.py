@@ -151,6 +151,7 @@ def test_handoffs_are_throttled_per_member(table: LeaseTable) -> None:
     fleet = Fleet(table, KEYS, ["a"], max_concurrent_handoffs=2, manual_handoffs=True)
     fleet.round()
     fleet.add("b")
+    fleet.tick("b")  # it runs (a session row): hand-offs may go to it
     fleet.round(["a"])
     status = fleet.coordinators["a"].status()
     assert len(status.pending_handoffs) == 2 and set(status.pending_handoffs.values()) == {"b"}
@@ -211,6 +212,7 @@ def test_handoff_completed_with_a_future(table: LeaseTable) -> None:
     membership = StaticMembership(["a"], "a")
     a = LeaseCoordinator(table, membership, ["k1", "k2"], FutureListener(), lease_duration=3, clock=clock)
     a.tick()
+    table.renew_session("b", "b-session", None)  # b runs (hand-offs go only to members that do)
     membership.set_members(["a", "b"])
     a.tick()
     a.tick()
@@ -225,6 +227,7 @@ def test_plan_changing_back_resumes_instead_of_handing_off(table: LeaseTable) ->
     fleet = Fleet(table, ["k1", "k2"], ["a"], manual_handoffs=True)
     fleet.round()
     fleet.add("b")
+    fleet.start_session("b")
     fleet.round(["a"])
     (key,) = fleet.coordinators["a"].status().pending_handoffs
     fleet.sync_membership(["a"])  # b went away before the hand-off finished
@@ -648,12 +651,26 @@ def test_members_stalled_past_the_lease_duration_lose_their_leases_without_overl
 # --- hand-offs to members that never adopt them ---------------------------------------------
 
 
-def test_a_handoff_to_a_dead_listed_member_is_withdrawn_within_a_tick(table: LeaseTable) -> None:
-    """d is listed but dead (never runs). Orphaned keys planned for it are taken by others,
-    who then hand them to d by the plan. An offer d does not adopt within one tick is taken
-    back by the plan's next owner and d is suspected: no key stalls with d for a lease
-    duration, and d is not offered keys again and again."""
+def test_nothing_is_handed_off_to_a_listed_member_that_never_ran(table: LeaseTable) -> None:
+    """d is listed but never runs: it has no session row, so no offer goes to it (a member
+    checks before it asks its listener to stop); others take its keys as orphans."""
     fleet = Fleet(table, KEYS, ["a", "b", "c", "d"], replicas=1)
+    fleet.crash("d")
+    for _ in range(int(12 * fleet.lease_duration / fleet.tick_interval)):
+        fleet.round()
+        assert "d" not in fleet.table_owners().values()
+    assert fleet.counter("handoffs") == 0 and fleet.counter("handoffs_requested") == 0
+    assert sorted(k for k, owners in fleet.holders().items() if owners) == sorted(KEYS)
+
+
+def test_a_handoff_to_a_dead_listed_member_is_withdrawn_within_a_tick(table: LeaseTable) -> None:
+    """d is listed but dead (it ran once, so it has a session row). Orphaned keys planned for
+    it are taken by others, who then hand them to d by the plan. An offer d does not adopt
+    within one tick is taken back (by the member that made it, or the plan's next owner) and
+    d is suspected: no key stalls with d for a lease duration, and d is not offered keys again
+    and again."""
+    fleet = Fleet(table, KEYS, ["a", "b", "c", "d"], replicas=1)
+    fleet.start_session("d")
     fleet.crash("d")
     longest_with_d: dict[str, int] = {}
     run: dict[str, int] = {}

@@ -32,6 +32,8 @@ def test_generic_coordinator_example_balances_and_never_double_holds() -> None:
     counters = results["counters"]
     assert counters["created"] == 12
     assert counters["handoffs"] >= 3 + 3  # scale-out quota, then member-b's queues
-    assert counters["adopted"] == counters["handoffs"]
+    # every offer was adopted, or taken back by the member that made it (one made to
+    # member-c just before it went silent, when nobody suspected it yet)
+    assert counters["adopted"] + counters["offers_withdrawn"] == counters["handoffs"]
     assert counters["takeovers"] >= 4  # the crashed member's queues
     assert results["overlaps"] == 0 and results["samples"] > 10

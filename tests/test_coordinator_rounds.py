@@ -9,6 +9,7 @@ sees within a few seconds was done by the mechanism under test, not by a regular
 from __future__ import annotations
 
 import threading
+import time
 from typing import Any
 
 import pytest
@@ -56,6 +57,7 @@ def test_a_light_round_adopts_a_handed_off_lease_without_renewing(table: LeaseTa
     fleet = Fleet(table, ["k1", "k2"], ["a"])
     fleet.round()
     b = fleet.add("b")
+    b._holder.renew_session()  # b runs (a session row), no round yet
     fleet.round(["a"])  # a hands one key to b (its listener finishes at once)
     (key,) = [k for k, o in owners(table).items() if o == "b"]
     b.refresh()
@@ -87,6 +89,7 @@ def pending_handoff(table: LeaseTable) -> tuple[LeaseCoordinator, ManualListener
     listener = ManualListener()
     a = LeaseCoordinator(table, membership, ["k1", "k2"], listener, **SLOW).start()
     eventually(lambda: len(a.held_keys()) == 2, what="a to create both leases")
+    table.renew_session("b", "b-session", None)  # b runs: hand-offs may go to it
     membership.set_members(["a", "b"])
     a.tick()  # plans b in and asks the listener to hand one key off
     (key,) = listener.requested
@@ -109,6 +112,8 @@ def test_graceful_stop_hands_off_as_each_listener_finishes_without_a_tick(table:
     membership = StaticMembership(["a", "b"], "a")
     listener = ManualListener()
     a = LeaseCoordinator(table, membership, ["k1", "k2"], listener, warmup_ticks=0, **SLOW)
+    b = LeaseCoordinator(table, StaticMembership(["a", "b"], "b"), ["k1", "k2"], ManualListener(), **SLOW)
+    b._holder.renew_session()  # b runs (a session row) but holds back its rounds
     a.tick()  # b is listed but silent: a creates only its own share
     mine = set(a.held_keys())
     assert mine
@@ -120,7 +125,10 @@ def test_graceful_stop_hands_off_as_each_listener_finishes_without_a_tick(table:
     eventually(lambda: set(listener.requested) == mine, what="hand-off requests for every lease")
     for done in listener.requested.values():
         done.set()
-    stopper.join(30)
+    deadline = time.monotonic() + 30
+    while stopper.is_alive() and time.monotonic() < deadline:  # a sees its offers adopted: b
+        b.tick()  # reads them in its session row (the key its own plan gives a, too)
+        stopper.join(0.05)
     assert result == [True]
     assert {k for k, o in owners(table).items() if o == "b"} >= mine
     assert a.counters["handoffs"] == len(mine)

@@ -160,15 +160,30 @@ def test_a_handoff_to_a_dead_member_is_withdrawn(aws: LocalAWS) -> None:
     fleet = CountedFleet(aws, KEYS[:12], ["a", "b", "c"], replicas=1)
     fleet.round()
     fleet.round()
-    fleet.add("d")
-    fleet.crash("d")  # listed, never runs
+    fleet.add("d", visible=False)
+    fleet.coordinators["d"].tick()  # it ran once (a session row), then died before it was listed
+    fleet.crash("d")
+    fleet.sync_membership(["a", "b", "c", "d"])
     stalled = Counter[str]()
     for _ in range(int(4 * fleet.lease_duration / fleet.tick_interval)):
         fleet.round()
         for key, owner in fleet.table_owners().items():
             stalled[key] = stalled[key] + 1 if owner == "d" else 0
             assert stalled[key] <= 2, (key, stalled)
+    # the members that offered took their offers back (nobody else reads those rows)
     assert fleet.counter("handoffs") >= 1 and fleet.counter("offers_withdrawn") >= 1
+
+
+def test_nothing_is_handed_off_to_a_listed_member_that_never_ran(aws: LocalAWS) -> None:
+    fleet = CountedFleet(aws, KEYS[:12], ["a", "b", "c"], replicas=1)
+    fleet.round()
+    fleet.round()
+    fleet.add("d")
+    fleet.crash("d")  # listed, never runs: it has no session row, so no offer goes to it
+    for _ in range(int(4 * fleet.lease_duration / fleet.tick_interval)):
+        fleet.round()
+        assert "d" not in fleet.table_owners().values()
+    assert fleet.counter("handoffs") == 0 and fleet.counter("handoffs_requested") == 0
 
 
 def test_scoped_reads_refuse_a_membership_fed_by_the_scan(aws: LocalAWS) -> None:

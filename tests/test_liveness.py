@@ -166,3 +166,71 @@ def test_two_members_that_both_own_the_plan_chore_do_not_republish_every_round()
     # the baselines meet again (a publish waits while the last overwrite's doubling runs out)
     rounds_until(fleet, lambda: len({c._reads._planner.published.version for c in fleet.coordinators.values()}) == 1,
                  limit=40)
+
+
+# --- hand-offs and dead members under scoped reads (defect 1) ------------------------------------
+
+
+def ticks(fleet: Fleet, seconds: float) -> int:
+    return int(seconds / fleet.tick_interval + 0.999)
+
+
+def test_with_replicas_0_a_listed_member_that_never_runs_has_its_keys_taken_as_orphans() -> None:
+    # nobody read the rows planned for a member that never ran (no backups, and the published
+    # plan gives them to it): they stayed unprocessed for good. Its successor watches it all
+    # the same and takes them once they are orphaned (orphan_timeout)
+    fleet = Fleet(memory_table(), KEYS, ["a", "b", "c", "d"], reads="scoped", replicas=0)
+    fleet.crash("d")  # listed from the start, never runs: nobody ever held its keys
+    fleet.round()
+    planned = set(fleet.coordinators["a"].last_plan.keys_of("d"))  # type: ignore[union-attr]
+    assert planned
+    c = fleet.coordinators["a"]
+    limit = ticks(fleet, c.orphan_timeout + c.backup_check_interval) + 2
+    rounds_until(fleet, lambda: held_by(fleet, planned, {"a", "b", "c"}), limit=limit)
+
+
+def test_with_replicas_0_a_crashed_member_still_listed_is_taken_over_after_orphan_timeout() -> None:
+    fleet = Fleet(memory_table(), KEYS, ["a", "b", "c"], reads="scoped", replicas=0)
+    settle(fleet)
+    victim = set(fleet.coordinators["b"].held_keys())
+    fleet.crash("b")
+    c = fleet.coordinators["a"]
+    limit = ticks(fleet, c.orphan_timeout + c.backup_check_interval) + 2
+    rounds_until(fleet, lambda: held_by(fleet, victim, {"a", "c"}), limit=limit)
+
+
+def test_an_offer_to_a_member_whose_list_lags_is_adopted_within_a_tick() -> None:
+    # b stops gracefully and hands its keys to their planned owners; c's member list lags
+    # (it still lists b, so its plan gives c none of them) and c never read the rows offered
+    # to it: they stalled for as long as the lag. The offer is now also written to c's session
+    # row, which c reads with every renewal: it adopts whatever its own plan says
+    fleet = Fleet(memory_table(), KEYS, ["a", "b", "c"], reads="scoped", replicas=1)
+    settle(fleet)
+    victim = set(fleet.coordinators["b"].held_keys())
+    fleet.memberships["a"].set_members(["a", "c"])
+    fleet.coordinators["b"].begin_stop()
+    for _ in range(2):
+        fleet.tick("b")  # b plans without itself and hands everything off at once
+    assert not fleet.coordinators["b"].held_keys()
+    fleet.crashed.add("b")
+    handed = {k for k, lease in fleet.table.scan().leases.items() if k in victim and lease.owner == "c"}
+    assert handed, "b handed some of its keys to c"
+    rounds_until(fleet, lambda: held_by(fleet, handed, {"c"}), limit=2)  # c's list still lists b
+
+
+def test_an_offer_to_a_member_that_died_after_it_started_is_taken_back_by_the_offerer() -> None:
+    # with replicas=0 nobody but the offerer is a candidate for the key: it watches its offer
+    # and takes it back adopt_timeout after it (then hands nothing more to the suspect)
+    fleet = Fleet(memory_table(), KEYS, ["a", "b", "c"], reads="scoped", replicas=0)
+    settle(fleet)
+    fleet.add("d", visible=False)
+    fleet.coordinators["d"].tick()  # a session row: it ran once
+    fleet.crash("d")
+    fleet.sync_membership(["a", "b", "c", "d"])
+    stalled: dict[str, int] = {}
+    for _ in range(ticks(fleet, 4 * fleet.lease_duration)):
+        fleet.round()
+        for key, owner in fleet.table_owners().items():
+            stalled[key] = stalled.get(key, 0) + 1 if owner == "d" else 0
+            assert stalled[key] <= 2, (key, stalled)
+    assert fleet.counter("handoffs") >= 1 and fleet.counter("offers_withdrawn") >= 1

@@ -134,13 +134,13 @@ class FlakySessions(LeaseTable):
     down = False
     applied = False
 
-    def renew_session(self, member_id: str, token: str, previous: int | None, *, plan_version: int = 0
-                      ) -> SessionRow:
+    def renew_session(self, member_id: str, token: str, previous: int | None, *, plan_version: int = 0,
+                      handled: frozenset[str] = frozenset()) -> SessionRow:
         if self.down:
             if self.applied:
-                super().renew_session(member_id, token, previous, plan_version=plan_version)
+                super().renew_session(member_id, token, previous, plan_version=plan_version, handled=handled)
             raise LeaseTableUnavailableError("throttled")
-        return super().renew_session(member_id, token, previous, plan_version=plan_version)
+        return super().renew_session(member_id, token, previous, plan_version=plan_version, handled=handled)
 
 
 def test_a_lease_is_valid_from_the_last_session_renewal_and_stops_growing_without_one(aws: LocalAWS) -> None:

@@ -207,7 +207,8 @@ class LeaseCoordinator:
         self._reads = RoundReads(me, s, self._holder, self._members, ResourceKeys(s.resources, me, self._count),
                                  self._obs, self._scoped, planner, self._record, clock)
         self._acquisitions = Acquisitions(self._holder, self._listener, self._pool, me, s.initial_checkpoint)
-        self._handoffs = Handoffs(self._holder, self._listener, self._pool, me, self._loop.wake)
+        self._handoffs = Handoffs(self._holder, self._listener, self._pool, me, self._loop.wake,
+                                  lambda member: self._obs.absent(member, clock(), t.tick_interval))
         self._fresh: set[str] = set()  # keys acquired during the current round
 
     # --- public API --------------------------------------------------------------------
@@ -238,6 +239,12 @@ class LeaseCoordinator:
         return its result.
         """
         return self._life.stop(graceful, timeout if timeout is not None else self.lease_duration)
+
+    def begin_stop(self, graceful: bool = True, timeout: float | None = None) -> None:
+        """Start :meth:`stop` without waiting: from now on the rounds plan without this member
+        (graceful) and hand its leases off. For callers that run the rounds themselves
+        (:meth:`tick`, :meth:`refresh`: tests, simulators); :meth:`stop` finishes it."""
+        self._life.begin(graceful, timeout if timeout is not None else self.lease_duration)
 
     def checkpoint(self, key: str, checkpoint: Checkpoint | str | object) -> Lease:
         """Checkpoint a held lease (from any thread); fenced by owner + counter. ``checkpoint``
@@ -389,7 +396,15 @@ class LeaseCoordinator:
             taking = takes(replace(snap, held=self._holder.keys()), view.to_take)
             self._obs.start_timers(taking.timers)
             self._acquisitions.run(taking.takes, self._fresh, self._obs.seen, view.last_full)
+        held = self._holder.keys()
+        for key in set(self._holder.offered()) & held:  # taken back
+            self._holder.offer_resolved(key)
+        if view.inbox:  # looked at: adopted, or not offered to this member (any more)
+            self._holder.handled({k for k in view.inbox if k in held or not self._offered_to_me(snap.rows.get(k))})
         self._handoffs.run(snap, self._fresh)
+
+    def _offered_to_me(self, lease: Lease | None) -> bool:
+        return lease is not None and lease.owner == self.member_id and lease.handed_off_by is not None
 
     def _lost(self, key: str, h: Held) -> None:
         """Forget a lease found lost; tell the listener unless it already stopped (hand-off done)."""

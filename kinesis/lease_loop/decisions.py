@@ -20,9 +20,15 @@ it once it has been expired for ``i * backup_grace`` (the planned primary at onc
 backup one grace later). Any member may take a lease (or create a missing row) unchanged
 for ``orphan_timeout``: disagreeing views stall a key for a bounded time only. A lease this
 member owns but does not hold (an earlier run of the same id) is taken back once expired.
+A lease this member handed off and its target did not adopt within ``adopt_timeout`` is
+taken back by this member, whatever the plan says (the member that makes an offer sees it
+through: nobody else may be reading that row).
 
 **Suspecting** (:func:`suspect`). A member whose leases all look expired (or that leaves a
-hand-off unadopted for ``adopt_timeout``) is *suspected* until a row shows it writing.
+hand-off unadopted for ``adopt_timeout``) is *suspected* until a row shows it writing. A member found without a session row when a
+hand-off to it starts is *absent*: no hand-off goes to it for a tick, then 2, 4... (at most
+64) in a row, until it is seen running (a member not started yet gets its leases a tick
+later; one that never runs costs a read now and then).
 After ``orphan_timeout * 2**(n-1)`` (n: times suspected in a row, at most 16x), or a new
 membership version (:meth:`Suspicions.forgiven`), it is on *probation*: planned again, but
 handed at most one lease at a time until it adopts one.
@@ -30,9 +36,10 @@ handed at most one lease at a time until it adopts one.
 **Handing off** (:func:`handoff_target`, :func:`start_handoff`). A held lease goes to its
 planned owner, or is released when its key is no longer planned. A graceful hand-off to
 another member starts only while fewer than ``max_concurrent_handoffs`` are in flight, never
-to a suspect or to a member that lets one of its leases expire, and to a member on
+to a suspect, an absent member or a member that lets one of its leases expire, and to a member on
 probation only when it holds nothing and nothing else is on its way to it. Releases (and
-everything while stopping) are not limited.
+everything while stopping) are not limited; a stopping member hands each lease to the first
+of its owners (primary, then backups) that is neither suspected nor absent.
 """
 
 from __future__ import annotations
@@ -136,6 +143,10 @@ class Snapshot:
     """The keys that may be planned now (others held are released)."""
     offers: Mapping[str, Offer] = field(default_factory=dict)
     """Held key -> its hand-off in progress."""
+    offered: Mapping[str, tuple[str, int]] = field(default_factory=dict)
+    """Key -> (target, counter written) of this member's hand-offs not adopted yet."""
+    absent: AbstractSet[str] = frozenset()
+    """Members found without a session row lately: no hand-off goes to them now."""
     stopping: bool = False
     max_concurrent_handoffs: int = 2
 
@@ -286,6 +297,12 @@ def takes(snap: Snapshot, keys: Iterable[str]) -> Takes:
             if lease.handed_off_by is None and unchanged >= timing.lease_duration:
                 out.append(Take(key, "takeovers", lease))  # left behind by an earlier run of this id
             continue
+        mine = snap.offered.get(key)
+        if (lease is not None and mine is not None and (lease.owner, lease.counter) == mine
+                and lease.handed_off_by == me):  # this member's offer: it sees it through
+            if unchanged >= timing.adopt_timeout:
+                out.append(Take(key, "offers_withdrawn", lease))
+            continue
         free = lease is None or lease.owner is None
         offer = lease is not None and lease.owner is not None and lease.handed_off_by is not None
         expiry = timing.adopt_timeout if offer else timing.lease_duration
@@ -310,12 +327,16 @@ def takes(snap: Snapshot, keys: Iterable[str]) -> Takes:
 
 def handoff_target(snap: Snapshot, key: str) -> str | None:
     """Where the held lease of ``key`` belongs: its planned owner (``me``: keep it), or None:
-    release it (not planned any more, or stopping without a plan)."""
+    release it (not planned any more, or stopping without a plan). While stopping: the first
+    of the key's owners (primary, then backups) that is not suspected, else None."""
     if key not in snap.planned:
         return None
     if snap.plan is None:
         return None if snap.stopping else snap.me
-    return snap.plan.owner(key)
+    if not snap.stopping:
+        return snap.plan.owner(key)
+    return next((o for o in snap.plan.owners[key]
+                 if o != snap.me and o not in snap.suspicions.suspects and o not in snap.absent), None)
 
 
 @dataclass(frozen=True)
@@ -365,7 +386,7 @@ def start_handoff(snap: Snapshot, budget: HandoffBudget, target: str | None
         return False, budget
     if budget.in_flight >= snap.max_concurrent_handoffs:
         return None
-    if target in budget.unhealthy or target in snap.suspicions.suspects:
+    if target in budget.unhealthy or target in snap.suspicions.suspects or target in snap.absent:
         return None
     if target in snap.suspicions.probation and (target in budget.probing or target in budget.holders):
         return None  # one probe at a time until it shows it is alive

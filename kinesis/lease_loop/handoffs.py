@@ -16,6 +16,7 @@ import concurrent.futures
 import functools
 import logging
 import threading
+from collections.abc import Callable
 from collections.abc import Set as AbstractSet
 from dataclasses import replace
 
@@ -33,12 +34,13 @@ class Handoffs:
     coordinator's wait between rounds when a completion may be done."""
 
     def __init__(self, holder: LeaseHolder, listener: GuardedListener, pool: WritePool, member_id: str,
-                 wake: threading.Event):
+                 wake: threading.Event, absent: Callable[[str], None]):
         self._holder = holder
         self._listener = listener
         self._pool = pool
         self._me = member_id
         self._wake = wake
+        self._absent = absent  # a target found without a session row (no hand-off to it for a while)
 
     def run(self, snap: Snapshot, fresh: AbstractSet[str]) -> None:
         """Start, retarget and finish the hand-offs of this round's plan; ``fresh`` keys (taken
@@ -54,6 +56,9 @@ class Handoffs:
             if h.handoff is None:
                 start = decisions.start_handoff(snap, budget, target)
                 if start is None:
+                    continue
+                if target is not None and not self._holder.table.has_session(target):
+                    self._absent(target)  # not started yet, or never runs: ask no processor to stop
                     continue
                 counted, budget = start
                 self._request(h, target, counted, snap.now)
@@ -88,14 +93,23 @@ class Handoffs:
         writes: list[tuple[str, Held, str | None]] = []
         for key, h, target in ready:
             if target == self._me:  # the plan changed back: resume processing
-                self._holder.begin_handoff(h, None)
-                self._holder.count("handoffs_resumed")
-                if self._listener.call("on_lease_acquired", h.lease):
+                if self._resume(h):
                     continue
                 target = None
             writes.append((key, h, target))
         done = self._pool.run([functools.partial(self._holder.hand_off, *w) for w in writes])
-        for (key, h, _), gone in zip(writes, done, strict=True):
+        for (key, h, target), gone in zip(writes, done, strict=True):
             if gone is True:
                 self._holder.forget(key, h)
+            elif gone is None and target is not None:  # the target's session row went: keep it
+                log.info("%s: %s has no session row any more: keeping %s", self._me, target, key)
+                self._absent(target)
+                if not self._resume(h):
+                    self._holder.drop(key, h)
         raise_first(done)
+
+    def _resume(self, h: Held) -> bool:
+        """Call a hand-off off and process the lease again; False if the listener refused."""
+        self._holder.begin_handoff(h, None)
+        self._holder.count("handoffs_resumed")
+        return self._listener.call("on_lease_acquired", h.lease)

@@ -49,6 +49,17 @@ class Handoff:
     failed: bool = False  # the write failed: retried by the next round, not between rounds
 
 
+@dataclass(frozen=True)
+class Offered:
+    """A lease this member handed off and its target has not adopted yet: this member reads
+    its row until it is adopted and takes it back after ``adopt_timeout`` if it is not."""
+
+    target: str
+    counter: int
+    """The row's counter as the hand-off wrote it."""
+    at: float
+
+
 @dataclass
 class Held:
     """One held lease: the row as last written, and until when it may be processed."""
@@ -86,6 +97,9 @@ class LeaseHolder:
         """The published plan this member plans from, recorded in its session row (set by the round)."""
         self.refused: DuplicateMemberIdError | None = None
         """Set when another process took this member id over: this process refuses to run."""
+        self._inbox: frozenset[str] = frozenset()  # offers to this member, as its last renewal read them
+        self._handled: set[str] = set()  # offers looked at: removed from the row by the next renewal
+        self._offered: dict[str, Offered] = {}
 
     # --- reads (any thread) -------------------------------------------------------------
 
@@ -103,8 +117,30 @@ class LeaseHolder:
             return frozenset(self._held)
 
     def holding(self) -> bool:
+        """Whether any lease is held (or, while stopping, an offer of it not yet adopted: a
+        graceful stop sees its offers through)."""
         with self.lock:
-            return bool(self._held)
+            return bool(self._held) or (self.stopping and bool(self._offered))
+
+    def inbox(self) -> frozenset[str]:
+        """Keys other members handed off to this member, not looked at yet."""
+        with self.lock:
+            return self._inbox - self._handled
+
+    def handled(self, keys: set[str]) -> None:
+        """Offers looked at (adopted, or not offered to this member any more)."""
+        with self.lock:
+            self._handled |= keys & self._inbox
+
+    def offered(self) -> dict[str, Offered]:
+        """This member's offers not adopted yet, by key."""
+        with self.lock:
+            return dict(self._offered)
+
+    def offer_resolved(self, key: str) -> None:
+        """An offer was adopted, taken back, or moved on."""
+        with self.lock:
+            self._offered.pop(key, None)
 
     def holds(self, key: str) -> bool:
         """True while ``key`` may be processed (held, renewed in time, not handed off)."""
@@ -188,8 +224,11 @@ class LeaseHolder:
                 if self._session_uncertain:  # the last renewal may have been applied, at an unknown
                     self.session, previous = uuid.uuid4().hex, None  # time: start a session of our own
                     self._session_uncertain = False
+            with self.lock:
+                handled = frozenset(self._handled)
             try:
-                row = self.table.renew_session(self._me, self.session, previous, plan_version=self.plan_version)
+                row = self.table.renew_session(self._me, self.session, previous, plan_version=self.plan_version,
+                                               handled=handled if previous is not None else frozenset())
             except DuplicateMemberIdError as exc:
                 with self.lock:
                     self.refused = exc
@@ -208,6 +247,9 @@ class LeaseHolder:
                     log.warning("%s: its session row was deleted; new session %s", self._me, row.token)
                     self.session = row.token
                 self._session_counter = row.counter
+                if previous is not None:
+                    self._handled -= handled
+                self._inbox = row.offers
                 self._session_sent = max(self._session_sent, sent)
 
     def end_session(self) -> None:
@@ -371,9 +413,12 @@ class LeaseHolder:
             self.forget(key, held)
         return True
 
-    def hand_off(self, key: str, h: Held, target: str | None) -> bool:
-        """Hand the lease to ``target`` (None: release it); True once it is no longer held.
-        A failed write (throttling, outage) is left for the next round to retry."""
+    def hand_off(self, key: str, h: Held, target: str | None) -> bool | None:
+        """Hand the lease to ``target`` (None: release it); True once it is no longer held,
+        None if ``target`` has no session row (it never ran, or left: nothing was written).
+        The target is told first (its session row's offers), so it adopts the lease whatever
+        its own plan says; this member then watches the offer until it is adopted. A failed
+        write (throttling, outage) is left for the next round to retry."""
         with h.lock:
             if h.gone:
                 return False
@@ -382,7 +427,11 @@ class LeaseHolder:
                     self.table.release(h.lease)
                     self.count("releases")
                 else:
-                    self.table.handoff(h.lease, target)
+                    if not self.table.offer(target, key):
+                        return None
+                    written = self.table.handoff(h.lease, target)
+                    with self.lock:
+                        self._offered[key] = Offered(target, written.counter, self._clock())
                     self.count("handoffs")
                     log.info("%s: handed %s off to %s", self._me, key, target)
             except LeaseLostError:

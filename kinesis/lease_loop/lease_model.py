@@ -87,6 +87,10 @@ SESSION_PREFIX = "__session__#"
 SESSION_TOKEN = "sessionToken"
 PLAN_VERSION = "planVersion"
 """On a session row: the version of the published plan its member plans from (scoped reads)."""
+OFFERS = "offers"
+"""On a session row: the keys other members handed off to its member (a string set they add
+to before the hand-off write); its member reads them with every renewal and adopts them
+whatever its own plan says, then removes them."""
 RESERVED_PREFIX = "__"
 """Lease keys may not start with this: the table's internal rows use it."""
 MEMBER_ID = "memberId"
@@ -169,6 +173,8 @@ class SessionRow:
     counter: int
     plan_version: int = 0
     """The published plan its member plans from (0: none, or not recorded)."""
+    offers: frozenset[str] = frozenset()
+    """Keys handed off to its member (:data:`OFFERS`)."""
 
 
 @dataclass(frozen=True)
@@ -224,6 +230,14 @@ def _advisory_number(item: Mapping[str, Any], name: str) -> int:
         return _n(item, name, default=0)
     except ValueError:
         return 0
+
+
+def _advisory_strings(item: Mapping[str, Any], name: str) -> frozenset[str]:
+    """An optional, advisory string set: empty if absent or malformed (never makes a row corrupt)."""
+    value = item.get(name)
+    if not isinstance(value, dict) or not isinstance(value.get("SS"), list):
+        return frozenset()
+    return frozenset(v for v in value["SS"] if isinstance(v, str))
 
 
 def _n(item: Mapping[str, Any], name: str, *, default: int | None = None, signed: bool = False) -> int:
@@ -349,7 +363,7 @@ def session_from_item(item: Mapping[str, Any]) -> SessionRow:
         if not isinstance(key, str) or not key.startswith(SESSION_PREFIX) or key == SESSION_PREFIX:
             raise ValueError("not a session row key")
         return SessionRow(key[len(SESSION_PREFIX):], _s(item, SESSION_TOKEN) or "", _n(item, COUNTER),
-                          _advisory_number(item, PLAN_VERSION))
+                          _advisory_number(item, PLAN_VERSION), _advisory_strings(item, OFFERS))
     except ValueError as exc:
         raise CorruptLeaseError(str(key), str(exc)) from None
 

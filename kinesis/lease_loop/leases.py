@@ -206,10 +206,19 @@ class LeaseTable:
 
     # --- session rows ----------------------------------------------------------------
 
-    def renew_session(self, member_id: str, token: str, previous: int | None, *, plan_version: int = 0
-                      ) -> SessionRow:
+    def renew_session(self, member_id: str, token: str, previous: int | None, *, plan_version: int = 0,
+                      handled: frozenset[str] = frozenset()) -> SessionRow:
         """Renew member ``member_id``'s session (see :mod:`~kinesis.lease_loop.session_rows`)."""
-        return self._sessions.renew(member_id, token, previous, plan_version=plan_version)
+        return self._sessions.renew(member_id, token, previous, plan_version=plan_version, handled=handled)
+
+    def has_session(self, member_id: str) -> bool:
+        """Whether ``member_id`` has a session row (it runs, or ran lately): one consistent read."""
+        return bool(self.get_items([m.SESSION_PREFIX + member_id], consistent=True))
+
+    def offer(self, member_id: str, key: str) -> bool:
+        """Add ``key`` to ``member_id``'s session row's offers before handing it off to it;
+        False if that member has no session row (the hand-off is then not made)."""
+        return self._sessions.offer(member_id, key)
 
     def delete_session(self, member_id: str, token: str, counter: int | None = None) -> bool:
         """Delete ``member_id``'s session row if it still has ``token`` (and ``counter``)."""

@@ -7,7 +7,8 @@ so a ``stop()`` from a listener callback (which would wait for itself) is refuse
 :meth:`Lifecycle.start` starts the :class:`~kinesis.lease_loop.round_loop.RoundLoop` once; a
 stopped coordinator cannot be restarted. :meth:`Lifecycle.stop` acts on the first call only
 (later or concurrent calls wait for it and return its result): it sets the loop's flags and
-the holder's ``stopping`` under the holder's lock, leaves the membership (graceful), waits
+the holder's ``stopping`` under the holder's lock and leaves the membership (graceful)
+(:meth:`Lifecycle.begin`, which a caller that runs the rounds itself may call first), waits
 for the loop (which hands the leases off), then, under the round lock, drops what is left
 and stops the writer threads, so no round (not even a manual tick) runs after it.
 """
@@ -45,6 +46,8 @@ class Lifecycle:
         """The thread running a round now."""
         self._stop_done = threading.Event()  # set when the first stop() call has finished
         self._stop_result = False
+        self._begun = False  # the stop flags are set (by begin() or the first stop())
+        self._finishing = False  # a stop() call is finishing (later ones wait for it)
 
     @contextlib.contextmanager
     def exclusive(self) -> Iterator[bool]:
@@ -66,21 +69,15 @@ class Lifecycle:
                 raise ConfigurationError("a stopped coordinator cannot be restarted: build a new one")
             self._loop.start(f"lease-coordinator-{self._me}")
 
-    def stop(self, graceful: bool, timeout: float) -> bool:
-        """Stop (see the module docs); True if no lease is left behind."""
-        if self.ticking is threading.current_thread():
-            raise RuntimeError(
-                "stop() was called from a listener callback (the tick thread): call it from "
-                "another thread, e.g. the one handling SIGTERM"
-            )
+    def begin(self, graceful: bool, timeout: float) -> bool:
+        """Set the stop flags (the rounds plan without this member from now on, if graceful)
+        and leave the membership: on the first call only (True), not waiting for anything."""
         with self._holder.lock:
-            first = not self._loop.stopped.is_set()
-            if first:  # a crash (not graceful) must not plan without this member meanwhile
-                self._holder.stopping = graceful
-                self._loop.stop(graceful, timeout)
-        if not first:  # the first call does the work; later calls get its result
-            self._stop_done.wait()
-            return self._stop_result
+            if self._begun:
+                return False
+            self._begun = True  # a crash (not graceful) must not plan without this member meanwhile
+            self._holder.stopping = graceful
+            self._loop.stop(graceful, timeout)
         self._loop.wake.set()
         leave = getattr(self._membership, "leave", None)
         if graceful and callable(leave):
@@ -88,6 +85,23 @@ class Lifecycle:
                 leave()
             except Exception:
                 log.exception("%s: leaving the membership failed", self._me)
+        return True
+
+    def stop(self, graceful: bool, timeout: float) -> bool:
+        """Stop (see the module docs); True if no lease is left behind."""
+        if self.ticking is threading.current_thread():
+            raise RuntimeError(
+                "stop() was called from a listener callback (the tick thread): call it from "
+                "another thread, e.g. the one handling SIGTERM"
+            )
+        self.begin(graceful, timeout)
+        with self._holder.lock:
+            first = not self._finishing
+            self._finishing = True
+        if not first:  # the first call does the work; later calls get its result
+            self._stop_done.wait()
+            return self._stop_result
+        graceful = self._loop.graceful
         self._loop.finish()
         with self.round_lock, self._holder.lock:  # no round (not even a manual tick) goes on after this
             self.stopped = True

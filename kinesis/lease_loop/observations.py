@@ -36,6 +36,7 @@ class Observations:
         self._me = member_id
         self._version: object = None
         self._expiry_served = -math.inf  # the last expiry moment a round was scheduled for
+        self._absent: dict[str, tuple[float, int]] = {}  # member -> (no hand-off until, times in a row)
 
     def observe(self, rows: Mapping[str, Lease], now: float, *, partial: bool = False,
                 by_session: bool = False) -> frozenset[str]:
@@ -120,6 +121,23 @@ class Observations:
         for member in result.suspected:
             log.info("%s: suspecting %s (all its leases expired)", self._me, member)
         self._set(result.suspicions)
+
+    def absent(self, member: str, now: float, retry: float) -> None:
+        """A hand-off found ``member`` without a session row (not started yet, never runs, or
+        left): no hand-off goes to it for ``retry`` seconds, doubling each time in a row
+        (at most 64x), until one of its rows or its session row is seen."""
+        _, times = self._absent.get(member, (0.0, 0))
+        self._absent[member] = (now + retry * 2 ** min(times, 6), times + 1)
+        log.info("%s: %s has no session row (not running): no hand-off to it for now", self._me, member)
+
+    def absent_now(self, now: float) -> frozenset[str]:
+        """The members no hand-off goes to now (see :meth:`absent`)."""
+        return frozenset(m for m, (until, _) in self._absent.items() if now < until)
+
+    def present(self, members: Iterable[str]) -> None:
+        """Members seen running (a row or their session row changed): forget their absence."""
+        for member in members:
+            self._absent.pop(member, None)
 
     def _set(self, suspicions: Suspicions) -> None:
         self.suspicions = suspicions

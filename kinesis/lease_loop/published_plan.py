@@ -16,7 +16,9 @@ zlib-compressed chunks). Every member computes
   moment it sees the member list change; publishing only moves the baseline forward for
   the next change. Before any baseline exists, the plan is ``stable_assignment``.
 
-Publishing is a chore: the owner of the reserved ring key ``__chore__/plan``, while ready
+Publishing is a chore: the owner of the reserved ring key ``__chore__/plan`` (or, while its
+plan stays unpublished, the next member in the chore's ranking after 3 ticks, the one after
+that after 6..., so a listed member that never runs holds nothing up for long), while ready
 (listed and not stopping), publishes its plan when it differs from the head's, conditional
 on the head it read (so versions form one chain; a publisher whose baseline is not the head
 reads the head first; racing publishers write their chunks under ids of their own). Everyone
@@ -126,6 +128,8 @@ class PublishedPlan:
         self._next_poll = -math.inf
         self._misses = 0
         self._pending_digest = ""  # the plan the current run of head reads is for
+        self._pending_since = -math.inf  # since when it is pending (this member's clock)
+        self._corrupt_since: float | None = None  # since when the head is unreadable
         self._behind = False  # a member with a newer baseline was heard of
         self._last_read = -math.inf
         self._inputs: tuple[object, ...] = ()  # the last plan's (members, keys, weights)
@@ -190,6 +194,7 @@ class PublishedPlan:
         digest, pending = self._encode(plan)[1], self.pending(plan)
         if pending and digest != self._pending_digest:  # a new change: read now, no backoff carried over
             self._pending_digest, self._misses, self._next_poll = digest, 0, -math.inf
+            self._pending_since = now
         if pending:
             due = self._behind or now >= self._next_poll
         else:
@@ -217,8 +222,15 @@ class PublishedPlan:
 
     def _follow(self, store: ManifestStore, plan: Assignment, listed: list[str], *, pending: bool,
                 ready: bool, now: float, settle: float) -> bool:
-        def owner() -> bool:  # rendezvous over every member: only when it matters
-            return ready and self._me in listed and chore_owners(PLAN_CHORE, listed)[:1] == [self._me]
+        def owner(since: float) -> bool:
+            """Whether the chore is this member's now: the chore's owner at once, the next one
+            in the chore's ranking of every member once ``since`` is ``settle`` old, and so on
+            (so a listed member that never runs holds nothing up for long). Rendezvous over
+            every member: only when it matters."""
+            if not ready or self._me not in listed:
+                return False
+            ranking = chore_owners(PLAN_CHORE, listed, replicas=len(listed) - 1)
+            return now - since >= ranking.index(self._me) * settle
 
         try:
             head = store.head()
@@ -226,7 +238,9 @@ class PublishedPlan:
                     and head.version <= self.baseline.version:
                 head = store.head(consistent=True)  # not newer: a stale read, or a head rebuilt from 1
         except ManifestCorruptError as exc:  # the head row itself is unreadable
-            if exc.item is None or not owner():
+            if self._corrupt_since is None:
+                self._corrupt_since = now
+            if exc.item is None or not owner(self._corrupt_since):
                 raise
             log.warning("%s: the published plan's head is unreadable (%s): replacing it", self._me, exc.reason)
             self._count("plan_errors")
@@ -235,6 +249,7 @@ class PublishedPlan:
             except ManifestConflictError:
                 return False  # repaired by someone else meanwhile: read it next time
             return self._publish(store, head, plan)
+        self._corrupt_since = None
         if head is not None and head.version != self._head_seen[0]:
             self._head_seen = (head.version, now)
         if self._differs(head):
@@ -245,7 +260,7 @@ class PublishedPlan:
             try:
                 owners = decode(store.read(head), store.head_key)
             except (ManifestCorruptError, ManifestConflictError) as exc:
-                if not owner():
+                if not owner(self._head_seen[1]):
                     raise
                 log.warning("%s: published plan version %d is unreadable (%s): publishing over it",
                             self._me, head.version, exc)
@@ -253,7 +268,7 @@ class PublishedPlan:
             else:
                 self.baseline = Baseline(head.version, head.digest, owners)
                 return True
-        elif not (pending and owner()):
+        elif not (pending and owner(self._pending_since)):
             return False
         if head is not None and head.version and head.owner != self._me:  # over another's plan
             wait = settle * 2 ** min(self._overwrites, MAX_SETTLE_DOUBLINGS)

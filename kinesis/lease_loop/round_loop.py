@@ -5,7 +5,8 @@ Ticks run on a fixed schedule (every ``tick_interval``) and light rounds every
 later); a light round also runs just after a lease held by someone else is due to expire
 (each such moment once), and hand-offs whose listener finished are written between rounds
 (looked at every 50 ms while any is pending). After a graceful stop the loop plans without
-its member at once and goes on until every lease is handed off or the deadline passes. The
+its member at once and goes on until every lease is handed off and adopted (light rounds at
+least every 0.25 s read the offers) or the deadline passes. The
 schedule is in real time (``time.monotonic``); rounds judge expiry on the coordinator's clock.
 """
 
@@ -20,6 +21,7 @@ from dataclasses import dataclass
 from kinesis.lease_loop.lease_timing import LeaseTiming
 
 _COMPLETION_POLL = 0.05  # seconds between looks at pending hand-off completions (local state)
+_OFFER_POLL = 0.25  # a stopping member reads its offers not adopted yet at least this often
 
 
 @dataclass(frozen=True)
@@ -120,6 +122,9 @@ class RoundLoop:
 
     def _next_scan(self, last_round: float, next_tick: float) -> float:
         """When the next light round is due: ``scan_interval`` after the last round, unless
-        the next tick comes less than half an interval later (then the tick does it)."""
+        the next tick comes less than half an interval later (then the tick does it); while
+        a graceful stop waits for its offers to be adopted, at least every 0.25 s."""
+        if self.stopped.is_set() and self.graceful:
+            return last_round + min(self._scan_interval, _OFFER_POLL)
         due = last_round + self._scan_interval
         return next_tick if next_tick - due < self._scan_interval / 2 else due

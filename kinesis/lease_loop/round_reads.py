@@ -53,6 +53,8 @@ class RoundView:
     """Whether this member may take leases (listed and not stopping)."""
     last_full: Mapping[str, Lease]
     """The rows of the last full scan (the log names who handed a lease off)."""
+    inbox: frozenset[str] = frozenset()
+    """The offers to this member its session row named and this round read."""
 
 
 class RoundReads:
@@ -90,12 +92,14 @@ class RoundReads:
         now = self._clock()
         self._obs.observe_sessions(snapshot.sessions, now, partial=False)  # timers only: rows tell who writes
         active = self._obs.observe(snapshot.leases, now)
+        self._obs.present(snapshot.sessions)
         listed = self._read_members()
         if listed is None:
             return None
         self._delete_stale_sessions(snapshot, listed, now)
         keys = self._keys(snapshot)
         self._obs.keep_missing(set(keys))
+        self._resolve_offers(snapshot.leases, set(snapshot.leases) | set(self._holder.offered()))
         snap = self._snapshot(now, snapshot.leases, keys)
         self._obs.suspect(snap, active)
         ready = self._me in listed and not self._holder.stopping
@@ -123,6 +127,8 @@ class RoundReads:
         wanted, watched = self._scoped.rows_to_read(  # watched: members whose session row is read
             plan, held, keys, now, full=full, interval=self._s.backup_check_interval,
             tick_interval=timing.tick_interval, lease_duration=timing.lease_duration)
+        inbox = self._holder.inbox() - held  # offers to this member, whatever its plan says
+        wanted |= inbox | set(self._holder.offered())  # and its own offers, until adopted
         rows, sessions = self._holder.table.read_rows(wanted, watched) if wanted or watched else ({}, {})
         rows, sessions = self._fresh(rows, sessions)
         if rows or sessions or held:
@@ -132,11 +138,14 @@ class RoundReads:
         found = {k: v for k, v in rows.items() if v is not None}
         active = self._obs.observe_sessions(sessions, now)  # rows read late are no news of their holder
         active |= self._obs.observe(found, now, partial=True, by_session=True)
+        self._obs.present(m for m, row in sessions.items() if row is not None)
         self._scoped.alive(active)
-        to_take = sorted(wanted)
+        self._resolve_offers(found, set(rows))
+        planned = plan.owners if plan is not None else {}
+        to_take = sorted(k for k in wanted if k in planned)
         snap = self._snapshot(now, found, to_take)
         self._obs.suspect(snap, active)
-        return self._view(snap, plan, keys, to_take, ready)
+        return replace(self._view(snap, plan, keys, to_take, ready), inbox=frozenset(inbox & set(rows)))
 
     def _fresh(self, rows: dict[str, Lease | None], sessions: dict[str, SessionRow | None]
                ) -> tuple[dict[str, Lease | None], dict[str, SessionRow | None]]:
@@ -188,10 +197,21 @@ class RoundReads:
         return self.last_full is None or self._scoped.sweep_due(self._clock(), self._s.sweep_interval,
                                                                 self._members.peek)
 
+    def _resolve_offers(self, rows: Mapping[str, Lease], read: set[str]) -> None:
+        """Forget this member's offers that the rows ``read`` show adopted or moved on."""
+        for key, offer in self._holder.offered().items():
+            if key not in read:
+                continue
+            lease = rows.get(key)
+            if lease is None or (lease.owner, lease.counter, lease.handed_off_by) != (offer.target, offer.counter,
+                                                                                       self._me):
+                self._holder.offer_resolved(key)
+
     def _snapshot(self, now: float, rows: Mapping[str, Lease], to_take: Sequence[str]) -> Snapshot:
+        offered = {k: (o.target, o.counter) for k, o in self._holder.offered().items()}
         return Snapshot(now=now, me=self._me, timing=self._s.timing, rows=rows,
                         seen=self._obs.timers(rows, to_take), sessions=self._obs.sessions,
-                        held=self._holder.keys(),
+                        held=self._holder.keys(), offered=offered, absent=self._obs.absent_now(now),
                         suspicions=self._obs.suspicions, max_concurrent_handoffs=self._s.max_concurrent_handoffs)
 
     def _view(self, snap: Snapshot, plan: Assignment | None, keys: list[str], to_take: Sequence[str],

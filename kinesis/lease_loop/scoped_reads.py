@@ -16,10 +16,14 @@ into the set of lease and session rows to read this round, and judges the sessio
 reads:
 
 * rows planned for this member and not held, every round (hand-offs offered to it, free or
-  expiring leases it should take);
+  expiring leases it should take); the rows its session row says were handed to it (whatever
+  its plan says), and the rows it handed off until they are adopted (the round loop adds both);
 * every ``backup_check_interval``, the *session row* of each member it watches (the holders
   it backs up: with successor backups, its ``replicas`` predecessors in the sorted member
-  list); a holder whose session did not change for a tick (or has none) is *stalled*, and
+  list; with ``replicas=0``, its predecessor all the same, whose keys it then takes as
+  orphans; past a stalled predecessor, its predecessor too, and so on: the first running
+  member after a run of dead ones reads all their keys); a holder whose session did not change
+  for a tick (or has none) is *stalled*, and
   from then on its session and all its rows backed up here are read every round; their
   expiry is timed from the first sight of its last session renewal (a lease naming that
   session is as old as the session: :func:`~kinesis.lease_loop.decisions.session_timer`);
@@ -92,11 +96,16 @@ class ScopedReads:
                     groups.setdefault(owners[0], []).append(key)
             members = plan.members
             position = members.index(me) if me in members else -1
+            predecessor = members[position - 1] if position >= 0 and len(members) > 1 else None
+            if predecessor is not None and all(len(owners) == 1 for owners in plan.owners.values()):
+                # no backups (replicas=0): still watch the predecessor's keys, so a member that
+                # dies (or never runs) is noticed and its keys are taken as orphans
+                groups = {predecessor: plan.keys_of(predecessor)}
             index = PlanIndex(
                 frozenset(plan.owners),
                 tuple(plan.keys_of(me)),
                 {holder: tuple(sorted(keys)) for holder, keys in groups.items()},
-                members[position - 1] if position >= 0 and len(members) > 1 else None,
+                predecessor,
             )
             self._index = (plan, index)
         return self._index[1]
@@ -118,6 +127,20 @@ class ScopedReads:
             # row names the plan version it plans from (a member that missed a change learns
             # of it there: kinesis.lease_loop.published_plan)
             sessions.add(index.predecessor)
+        # past stalled predecessors: a dead member's keys (and its own predecessor's, if that
+        # one is dead too) are read by the first member after them that runs, so a run of
+        # listed members that do not run never leaves keys nobody reads
+        members = plan.members
+        position = {m: i for i, m in enumerate(members)} if index.predecessor in self.stalled else {}
+        current = index.predecessor
+        passed = {self.member_id}
+        while current is not None and current in self.stalled and current not in passed:
+            passed.add(current)
+            wanted.update(k for k in plan.keys_of(current) if k not in held)
+            sessions.add(current)
+            current = members[position[current] - 1]
+            if current not in passed and (check_backups or current in self.stalled):
+                sessions.add(current)
         return wanted, sessions
 
     def rows_to_read(self, plan: Assignment | None, held: Iterable[str], keys: list[str], now: float, *,

@@ -32,10 +32,12 @@ class SessionRows:
     def __init__(self, calls: TableCalls):
         self.calls = calls
 
-    def renew(self, member_id: str, token: str, previous: int | None, *, plan_version: int = 0) -> SessionRow:
+    def renew(self, member_id: str, token: str, previous: int | None, *, plan_version: int = 0,
+              handled: frozenset[str] = frozenset()) -> SessionRow:
         """Renew ``member_id``'s session ``token``; ``previous`` is the counter it last wrote
         (None: the first renewal of this token, which replaces any earlier session);
-        ``plan_version`` (if not 0) is recorded for its watchers (:mod:`.published_plan`). If the
+        ``plan_version`` (if not 0) is recorded for its watchers (:mod:`.published_plan`);
+        ``handled`` offers are removed from the row's :data:`~.lease_model.OFFERS`. If the
         row was deleted meanwhile, a new session starts under a new token (the row returned
         names it), so a (token, counter) pair a watcher timed never comes back.
 
@@ -64,8 +66,9 @@ class SessionRows:
         if plan_version:
             set_[m.PLAN_VERSION] = num(plan_version)
         condition, values = attributes_equal({"#tok": {"S": token}, "#c": num(previous)})
+        delete = {m.OFFERS: {"SS": sorted(handled)}} if handled else None
         try:
-            item = self.calls.update(key, set_=set_, condition=condition, values=values, token="")
+            item = self.calls.update(key, set_=set_, condition=condition, values=values, token="", delete=delete)
         except ConditionFailed as failed:
             current = failed.current
             other = _token(current)
@@ -80,6 +83,23 @@ class SessionRows:
                 "refuses to run: it stopped processing and renewing, and leaves the id to the other"
             ) from None
         return m.session_from_item(item)
+
+    def offer(self, member_id: str, key: str) -> bool:
+        """Tell ``member_id`` that ``key`` is being handed off to it: add ``key`` to its
+        session row's offers; False (nothing written) if it has no session row (it never ran,
+        or it left): then the hand-off is not made."""
+        try:
+            self.calls.write(
+                "update_item", None,
+                Key={m.KEY: {"S": m.SESSION_PREFIX + member_id}},
+                UpdateExpression="ADD #offers :k",
+                ConditionExpression="attribute_exists(#tok)",
+                ExpressionAttributeNames={"#offers": m.OFFERS, "#tok": m.SESSION_TOKEN},
+                ExpressionAttributeValues={":k": {"SS": [key]}},
+            )
+        except ConditionFailed:
+            return False
+        return True
 
     def delete(self, member_id: str, token: str, counter: int | None = None) -> bool:
         """Delete ``member_id``'s session row if it still has ``token`` (and ``counter``, if

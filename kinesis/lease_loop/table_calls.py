@@ -141,17 +141,27 @@ class TableCalls:
         values: Mapping[str, Any],
         token: str,
         check: Mapping[str, Any] | None = None,
+        delete: Mapping[str, Any] | None = None,
     ) -> dict[str, Any]:
-        """A conditional UpdateItem of row ``key`` (SET ``set_``, REMOVE ``remove``): the new
+        """A conditional UpdateItem of row ``key`` (SET ``set_``, REMOVE ``remove``, DELETE the
+        elements of ``delete``'s sets from its attributes): the new
         row. With ``check`` (a ``ConditionCheck`` item), the update goes in one
         TransactWriteItems call with it and returns ``{}``; either condition failing (or
         another transaction on the same rows, or an earlier attempt of this one, being in
         progress) raises :class:`ConditionFailed` unless the row carries ``token``."""
         expr, names = update_expression(set_, remove, condition)
+        extra: dict[str, Any] = {}
+        if delete:
+            clauses = []
+            for i, (attr, elements) in enumerate(delete.items()):
+                names[f"#d{i}"] = attr
+                extra[f":d{i}"] = elements
+                clauses.append(f"#d{i} :d{i}")
+            expr += " DELETE " + ", ".join(clauses)
         request = {
             "Key": {m.KEY: {"S": key}}, "UpdateExpression": expr, "ConditionExpression": condition,
             "ExpressionAttributeNames": names,
-            "ExpressionAttributeValues": {**values, **{f":s{i}": v for i, v in enumerate(set_.values())}},
+            "ExpressionAttributeValues": {**values, **{f":s{i}": v for i, v in enumerate(set_.values())}, **extra},
         }
         if check is None:
             return self.write("update_item", token, **request, ReturnValues="ALL_NEW")

@@ -134,6 +134,8 @@ class SimMember:
     denied: set[str] = field(default_factory=set)
     lag: tuple[float, float] = (0.0, -math.inf)
     """(seconds behind, until)."""
+    stop_deadline: float = math.inf
+    """A graceful stop ends by then (simulated time)."""
     coordinator: Any = None
     membership: StaticMembership | None = None
     provider: Any = None
@@ -329,14 +331,20 @@ class World:
             self.end_tenure(member, key, "crash")
 
     def sigterm(self, member: SimMember) -> None:
-        """A graceful stop: plan without this member, hand off what its processor finished."""
-        if not member.alive:
+        """A graceful stop: plan without this member and hand off (its processors checkpoint
+        and return at once); its rounds go on until nothing is held or offered, or the
+        shutdown grace (two lease durations) has passed, then the coordinator stops."""
+        if not member.alive or member.stopping:
             return
         member.stopping = True
         if member.legacy:
             member.coordinator.stop()
-        else:
-            member.coordinator.stop(graceful=True, timeout=0.0)
+            self._stopped(member)
+            return
+        member.coordinator.begin_stop(graceful=True, timeout=0.0)
+        member.stop_deadline = self.now + 2 * self.scenario.lease_duration
+
+    def _stopped(self, member: SimMember) -> None:
         member.state = "stopped"
         member.generation += 1
         for key in list(member.tenures):
@@ -371,6 +379,10 @@ class World:
         if not member.legacy:
             c._complete_ready_handoffs()
             member.expiry_at = min(member.expiry_at, now + c._next_expiry())
+            if member.stopping and (not c._holder.holding() or self.now >= member.stop_deadline):
+                c.stop(graceful=True, timeout=0.0)
+                self._stopped(member)
+                return
         self._schedule_round(member)
 
     # --- processing ------------------------------------------------------------------
