@@ -48,6 +48,7 @@ from kinesis.lease_loop.coordinator import (
 from kinesis.lease_loop.lease_model import Lease, LeaseState, TableSnapshot
 from kinesis.lease_loop.leases import LeaseTable
 from kinesis.lease_loop.membership import DynamoDBMembership
+from kinesis.lease_loop.session_membership import SessionMembership
 from kinesis.log_setup import setup_logging
 
 __all__ = [
@@ -94,6 +95,7 @@ __all__ = [
     "ReadResult",
     "Record",
     "RecordProcessor",
+    "SessionMembership",
     "Shard",
     "ShardDiscovery",
     "ShardReader",

@@ -185,7 +185,6 @@ def test_slow_listener_keeps_the_lease_renewed_until_it_finishes(table: LeaseTab
         fleet.round(["b", "a"])
         assert a.holds(key) and fleet.table_owners()[key] == "a"
     assert a.counters["handoff_timeouts"] == 1
-    assert table.get(key).pending_handoff == "b"  # type: ignore[union-attr]
     a.checkpoint(key, "77")  # the listener checkpoints during shutdown_requested
     fleet.listeners["a"].finish(key)
     assert not a.holds(key)  # processing stopped: a may no longer process it
@@ -551,7 +550,8 @@ def test_membership_errors_only_pause_planning(table: LeaseTable) -> None:
     for _ in range(5):
         clock.advance(1)
         a.tick()
-    assert a.holds("k") and a.counters["membership_errors"] == 5 and a.counters["renewals"] == 5
+    # its session renewals (one per tick) keep it valid: no lease row is written to renew it
+    assert a.holds("k") and a.counters["membership_errors"] == 5 and a.counters["renewals"] == 0
 
 
 def test_table_errors_are_counted_and_the_loop_goes_on(aws: LocalAWS) -> None:

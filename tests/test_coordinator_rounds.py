@@ -157,7 +157,10 @@ class BarrierTable(LeaseTable):
 def test_renewals_and_takes_of_one_round_are_sent_concurrently(aws: LocalAWS) -> None:
     table = BarrierTable(shared_client(aws), "barrier-test", parties=3).ensure_table()
     clock = FakeClock()
-    a = LeaseCoordinator(table, StaticMembership(["a"], "a"), ["k1", "k2", "k3"], lease_duration=3, clock=clock)
+    # a tick of half the lease: the session chain never carries a lease to the next tick, so
+    # each tick renews every lease row (as while session renewals fail)
+    a = LeaseCoordinator(table, StaticMembership(["a"], "a"), ["k1", "k2", "k3"], lease_duration=3,
+                         tick_interval=1.5, clock=clock)
     table.armed = True
     a.tick()  # three creations, each waiting for the other two
     assert a.counters["created"] == 3 and a.counters["lease_loop_errors"] == 0

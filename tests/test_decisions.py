@@ -13,7 +13,7 @@ from hashring import Assignment, chore_owners
 from kinesis.lease_loop import decisions
 from kinesis.lease_loop.clock import FakeClock
 from kinesis.lease_loop.decisions import Offer, Seen, SessionSeen, Snapshot, Suspicions, Take
-from kinesis.lease_loop.lease_model import Lease, SessionCheck
+from kinesis.lease_loop.lease_model import Lease, LeaseState, SessionCheck
 from kinesis.lease_loop.lease_timing import LeaseTiming
 
 # lease 9 s, tick 3 s, adopt 3 s (a tick), backup grace 9 s, orphan 9 + 3 * 9 = 36 s, hand-off 9 s
@@ -302,6 +302,17 @@ def test_a_held_lease_belongs_to_its_planned_owner(
     assert decisions.handoff_target(snap, key) == target
 
 
+def test_a_stopping_member_hands_a_lease_past_owners_that_do_not_run_to_the_next_member() -> None:
+    # k's owners p (listed, never ran: absent) and a (stopping): releasing k would leave it
+    # for orphan_timeout; the next member in the sorted list after the owners takes the offer.
+    the_plan = Assignment(("a", "b", "c", "p"), {"k": ("p", "a"), "j": ("b", "c")}, {})
+    snap = replace(Scene().snap("a", the_plan, stopping=True), absent=frozenset({"p"}))
+    assert decisions.handoff_target(snap, "k") == "b"
+    snap = replace(snap, suspicions=Suspicions({"b": snap.now}, {"b": 1}, frozenset()))
+    assert decisions.handoff_target(snap, "k") == "c"
+    assert decisions.handoff_target(replace(snap, stopping=False), "k") == "p"  # running: its planned owner
+
+
 def _may_offer(scene: Scene, target: str | None, **snap: Any) -> bool | None:
     """Whether a hand-off to ``target`` starts now: None (not now), else whether it counts."""
     s = scene.snap("a", plan(k="b,a"), **snap)
@@ -398,14 +409,16 @@ def test_the_next_expiry_is_the_first_future_expiry_of_someone_elses_lease() -> 
 # --- sessions ---------------------------------------------------------------------------------
 
 
-def session_scene(token: str = "tok-x") -> tuple[Scene, dict[str, SessionSeen]]:
+def session_scene(token: str = "tok-x", *, leased: bool = True) -> tuple[Scene, dict[str, SessionSeen]]:
     """x renewed its session (tok-x, counter 5) at t0 for the last time; its lease row k
-    (naming that session) is first read a check interval later."""
+    (naming session ``token``, held under a session lease unless ``leased`` is False) is first
+    read half a lease later (a checkpoint of x's changed it since this member last read it)."""
     scene = Scene()
-    sessions = {"x": SessionSeen("tok-x", 5, scene.clock(), scene.clock())}
+    sessions = {"x": SessionSeen("tok-x", 5, scene.clock(), scene.clock(), scene.clock() - LEASE)}
     scene.later(LEASE / 2)
-    scene.rows["k"] = Lease("k", "x", 7, session=token)
-    scene.seen["k"] = Seen(7, "x", scene.clock(), token)
+    state = LeaseState.ACTIVE_SESSION if leased else LeaseState.ACTIVE
+    scene.rows["k"] = Lease("k", "x", 7, state=state, session=token)
+    scene.seen["k"] = Seen(7, "x", scene.clock(), token, leased)
     return scene, sessions
 
 
@@ -414,15 +427,15 @@ def read_now(snap: Snapshot, sessions: dict[str, SessionSeen]) -> Snapshot:
     return replace(snap, sessions={m: replace(s, read_at=snap.now) for m, s in sessions.items()})
 
 
-def test_a_lease_naming_its_owners_session_expires_with_the_session_and_its_take_checks_it() -> None:
+def test_a_session_lease_expires_with_its_session_whatever_its_row_did_and_its_take_checks_it() -> None:
+    # the holder's session chain is what keeps a session lease valid: a checkpoint (a row
+    # write) never makes it valid for longer, so the row's own timer does not matter
     scene, sessions = session_scene()
     scene.later(LEASE / 2 - EPS)  # LEASE - EPS after the session's last renewal
     assert decisions.takes(read_now(scene.snap("a", K_ABC), sessions), ["k"]).takes == ()
     scene.later(EPS)
     got = decisions.takes(read_now(scene.snap("a", K_ABC), sessions), ["k"]).takes
     assert [(t.key, t.kind, t.check) for t in got] == [("k", "takeovers", SessionCheck("x", "tok-x", 5))]
-    # the same moment, the row alone (read half a lease later) is not expired yet
-    assert decisions.takes(scene.snap("a", K_ABC), ["k"]).takes == ()
     assert decisions.suspect(read_now(scene.snap("b"), sessions), ()).suspected == ("x",)
     assert decisions.next_expiry(scene.seen, set(), "a", LEASE, after=0.0, sessions=sessions) == 1000.0 + LEASE
 
@@ -434,26 +447,50 @@ def test_a_session_not_read_this_round_does_not_time_a_lease() -> None:
     snap = replace(scene.snap("a", K_ABC), sessions=sessions)  # read at t0 only
     assert decisions.takes(snap, ["k"]).takes == ()
     assert decisions.suspect(replace(scene.snap("b"), sessions=sessions), ()).suspected == ()
+    assert decisions.takes(scene.snap("a", K_ABC), ["k"]).takes == ()  # no session read at all
 
 
-def test_a_lease_naming_another_token_is_timed_by_its_row_alone() -> None:
-    # taken by a 0.1 member (which keeps the attribute it finds) or by an earlier run of x:
-    # x's current session says nothing about it
+def test_a_lease_naming_a_session_that_is_gone_is_timed_from_the_first_sight_of_its_replacement() -> None:
+    # taken by an earlier run of x: x's current session replaced it; this member first saw the
+    # new token when it first read the row (the earlier run's chain ended before that)
     scene, sessions = session_scene(token="tok-old")
-    scene.later(LEASE / 2)
+    sessions = {"x": replace(sessions["x"], token_since=scene.clock())}
+    scene.later(LEASE - EPS)
+    assert decisions.takes(read_now(scene.snap("a", K_ABC), sessions), ["k"]).takes == ()
+    scene.later(EPS)
+    got = decisions.takes(read_now(scene.snap("a", K_ABC), sessions), ["k"]).takes
+    assert [(t.kind, t.check) for t in got] == [("takeovers", SessionCheck("x", "tok-old", None))]
+    long_ago = {"x": replace(sessions["x"], token_since=scene.clock() - 5 * LEASE)}  # the row's timer
+    assert taken(read_now(scene.snap("a", K_ABC), long_ago)) == {"k": "takeovers"}  # does not matter
+
+
+def test_a_row_its_holder_renews_is_unchanged_while_its_row_or_its_session_is() -> None:
+    # a row naming a session its holder renews by writing it (a release before 0.2, or a
+    # session that cannot be renewed): expired only once both have been unchanged
+    scene, sessions = session_scene(leased=False)
+    scene.later(LEASE / 2)  # the session is a lease duration old, the row half of one
     assert decisions.takes(read_now(scene.snap("a", K_ABC), sessions), ["k"]).takes == ()
     scene.later(LEASE / 2)
     got = decisions.takes(read_now(scene.snap("a", K_ABC), sessions), ["k"]).takes
-    assert [(t.kind, t.check) for t in got] == [("takeovers", None)]
+    assert [(t.kind, t.check) for t in got] == [("takeovers", SessionCheck("x", "tok-x", 5))]
 
 
-def test_a_row_newer_than_the_session_is_timed_by_the_session_only_if_the_session_is_older() -> None:
-    scene = Scene().row("k", "x", counter=7)
-    scene.seen["k"] = Seen(7, "x", scene.clock(), "tok-x")
-    sessions = {"x": SessionSeen("tok-x", 5, scene.clock() + 1.0, scene.clock() + 1.0)}  # renewed after
-    scene.later(LEASE)
-    got = decisions.takes(read_now(scene.snap("a", K_ABC), sessions), ["k"]).takes
-    assert [(t.kind, t.check) for t in got] == [("takeovers", None)]  # the row's own timer, no check
+def test_a_row_of_this_member_id_is_recovered_at_once_if_it_names_this_session_else_taken_back_once_expired() -> None:
+    scene = Scene()
+    scene.rows["k"] = Lease("k", "a", 3, state=LeaseState.ACTIVE_SESSION, session="tok-now")
+    scene.seen["k"] = Seen(3, "a", scene.clock(), "tok-now", True)
+    mine = replace(scene.snap("a", K_ABC), session="tok-now", session_since=scene.clock())
+    assert taken(mine) == {"k": "recovered"}  # its own take, answered with an error after all
+    scene.rows["k"] = Lease("k", "a", 3, state=LeaseState.ACTIVE_SESSION, session="tok-before")
+    scene.seen["k"] = Seen(3, "a", scene.clock() - 2 * LEASE, "tok-before", True)
+    started = scene.clock()
+    scene.later(LEASE - EPS)  # an earlier run's: gone since this run's session started at the latest
+    earlier = replace(scene.snap("a", K_ABC), session="tok-now", session_since=started)
+    assert decisions.takes(earlier, ["k"]).takes == ()
+    scene.later(EPS)
+    earlier = replace(scene.snap("a", K_ABC), session="tok-now", session_since=started)
+    got = decisions.takes(earlier, ["k"]).takes
+    assert [(t.kind, t.check) for t in got] == [("takeovers", SessionCheck("a", "tok-before", None))]
 
 
 def test_a_row_read_late_does_not_make_a_holder_with_a_session_read_now_active() -> None:

@@ -98,15 +98,6 @@ def test_the_read_backoff_and_the_shard_start_are_pure() -> None:
         "__future__", "dataclasses", "datetime", "kinesis.consumer.positions"}
 
 
-def test_the_facades_stay_small() -> None:
-    # the lease table's calls, set-up, reads and member rows, the worker's set-up and health,
-    # and the shard consumer's retries, read backoff, start, end, status and pool live in the
-    # parts above
-    for path in (LEASE_LOOP / "leases.py", CONSUMER / "worker.py", CONSUMER / "shard_consumer.py"):
-        lines = len(path.read_text().splitlines())
-        assert lines <= 400, f"{path.name} has {lines} lines: move a responsibility into a part"
-
-
 SPARK = Path(__file__).resolve().parent.parent / "spark_integration"
 
 

@@ -234,3 +234,26 @@ def test_an_offer_to_a_member_that_died_after_it_started_is_taken_back_by_the_of
             stalled[key] = stalled.get(key, 0) + 1 if owner == "d" else 0
             assert stalled[key] <= 2, (key, stalled)
     assert fleet.counter("handoffs") >= 1 and fleet.counter("offers_withdrawn") >= 1
+
+
+# --- a member list change during a takeover (defect 8) --------------------------------------------
+
+
+def test_a_list_change_before_the_expiry_does_not_restart_the_takeover_timing() -> None:
+    # b dies; its watcher c times its session. Most of a lease later the member list drops b
+    # (a failing readiness probe), and the new plan names other owners for b's keys, who had
+    # never timed b's session: they timed it from scratch (2.12 D in the review). c goes on
+    # timing b through the list change and takes its leases at the expiry, then hands them on
+    fleet = Fleet(memory_table(), KEYS, ["a", "b", "c", "d"], reads="scoped", replicas=1)
+    settle(fleet)
+    victim = set(fleet.coordinators["b"].held_keys())
+    fleet.crash("b")
+    crashed = fleet.clock()
+    for _ in range(ticks(fleet, 0.8 * fleet.lease_duration)):
+        fleet.round()
+    fleet.sync_membership(["a", "c", "d"])
+    bound = fleet.lease_duration + fleet.coordinators["a"].backup_check_interval + 2 * fleet.tick_interval
+    rounds_until(fleet, lambda: held_by(fleet, victim, {"a", "c", "d"}), limit=ticks(fleet, bound))
+    assert fleet.clock() - crashed <= bound
+    settle(fleet)
+    assert max(fleet.counts().values()) - min(fleet.counts().values()) <= 1

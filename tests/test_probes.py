@@ -155,5 +155,5 @@ def test_startup_line_says_how_the_worker_runs(worker_behind_proxy: tuple[Worker
     worker, _ = worker_behind_proxy
     line = worker.startup_line()
     assert line.startswith("worker w1 started: table probe-leases, streams [app/orders from TRIM_HORIZON]")
-    assert "membership DynamoDBMembership, lease 3 s (tick 1 s, light rounds 0.333 s)" in line
+    assert "membership SessionMembership, lease 3 s (tick 1 s, light rounds 0.333 s)" in line
     assert f"health {worker.health_url}" in line

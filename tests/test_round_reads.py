@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from hashring import StaticMembership
 from hashring.errors import MembershipError
@@ -47,13 +48,14 @@ class MemoryTable(LeaseTable):
         self.scans.append(consistent)
         return TableSnapshot(dict(self.rows), {}, {}, read_at=0.0)
 
-    def read_rows(self, keys: Iterable[str], members: Iterable[str], *, consistent: bool = False
-                  ) -> tuple[dict[str, Lease | None], dict[str, SessionRow | None]]:
+    def read_round(self, keys: Iterable[str], members: Iterable[str], raw: Iterable[str], *,
+                   consistent: bool = False
+                   ) -> tuple[dict[str, Lease | None], dict[str, SessionRow | None], dict[str, dict[str, Any]]]:
         wanted = set(keys)
         watched = set(members)
         self.gets.append(wanted)
         self.session_gets.append(watched)
-        return {k: self.rows.get(k) for k in wanted}, {m: self.sessions.get(m) for m in watched}
+        return {k: self.rows.get(k) for k in wanted}, {m: self.sessions.get(m) for m in watched}, {}
 
 
 class Unlisted(StaticMembership):

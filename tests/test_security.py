@@ -57,9 +57,6 @@ def called_operations() -> set[str]:
             snake |= set(re.findall(r"(?:_write|getattr)\(\s*\"([a-z_]+)\"", source))
             snake |= set(re.findall(r"^\s*\"(put_item|update_item|delete_item)\",$", source, re.M))
             for name in snake:
-                if name == "transact_write_items":  # IAM authorizes each part: our one transaction
-                    found |= {"dynamodb:ConditionCheckItem", "dynamodb:UpdateItem"}  # checks and updates
-                    continue
                 operation = "".join(part.title() for part in name.split("_"))
                 owners = [s for s, ops in services.items() if operation in ops]
                 found |= {f"{s}:{operation}" for s in owners}

@@ -1,9 +1,9 @@
-"""Session rows: the holder renews one per tick, its leases name it, a watcher times them all
-by it and takes each in a transaction that checks it. boto3 -> moto over HTTP, FakeClock."""
+"""Session rows and session leases: the holder renews one session row per tick and no lease
+row; its leases name the session and stay valid while its chain lasts; a watcher times them
+all by that row and takes each after a consistent read of it. boto3 -> moto over HTTP,
+FakeClock."""
 
 from __future__ import annotations
-
-import threading
 
 import pytest
 
@@ -11,7 +11,7 @@ from kinesis.errors import DuplicateMemberIdError, LeaseTableUnavailableError
 from kinesis.lease_loop import lease_model as m
 from kinesis.lease_loop.acquisitions import Acquisitions
 from kinesis.lease_loop.clock import FakeClock
-from kinesis.lease_loop.decisions import Seen, SessionSeen, Take, session_timer
+from kinesis.lease_loop.decisions import Seen, SessionSeen, Take, unchanged_since
 from kinesis.lease_loop.holder import LeaseHolder
 from kinesis.lease_loop.lease_listener import GuardedListener, NullListener
 from kinesis.lease_loop.lease_model import SessionCheck, SessionRow
@@ -80,20 +80,38 @@ def test_a_take_checked_against_the_session_fails_once_the_session_was_renewed(t
     assert row.write_token == taken.write_token
 
 
-def test_writes_that_change_the_owner_set_or_remove_the_session(table: LeaseTable) -> None:
+def test_writes_that_change_the_owner_set_or_remove_the_session_and_the_session_lease_state(
+        table: LeaseTable) -> None:
+    def state() -> tuple[str | None, str]:
+        row = table.get("k")
+        assert row is not None
+        return row.session, row.state.value
+
     lease = table.create_lease_if_absent("k", owner="a", session="ta")
-    assert lease is not None
+    assert lease is not None and state() == ("ta", "ACTIVE_SESSION")
     offered = table.handoff(lease, "b")
-    assert table.get("k").session is None  # type: ignore[union-attr]
+    assert state() == (None, "ACTIVE")  # an offer is timed by its row, by every release
     adopted = table.adopt(offered, session="tb")
-    assert table.get("k").session == "tb"  # type: ignore[union-attr]
-    table.release(adopted)
-    assert table.get("k").session is None  # type: ignore[union-attr]
+    assert state() == ("tb", "ACTIVE_SESSION")
+    renewed = table.renew(adopted, session="tb", leased=False)  # its session cannot be renewed
+    assert state() == ("tb", "ACTIVE")
+    table.release(renewed)
+    assert state() == (None, "ACTIVE")
     free = table.get("k")
     assert free is not None
-    table.take(free, "c")  # a take without a session leaves none behind
-    assert table.get("k").session is None  # type: ignore[union-attr]
+    table.take(free, "c")  # a take without a session leaves none behind (the bare LeaseTable API)
+    assert state() == (None, "ACTIVE")
     assert m.SESSION not in table.get_items(["k"])["k"]
+
+
+def test_a_release_before_0_2_never_writes_a_session_lease(table: LeaseTable) -> None:
+    # releases before 0.2 reject a leaseState they do not know (reported, never written): the
+    # state is the fence that keeps them from a lease whose row its holder does not renew
+    lease = table.create_lease_if_absent("k", owner="a", session="ta")
+    assert lease is not None
+    item = table.get_items(["k"])["k"]
+    assert item[m.STATE] == {"S": "ACTIVE_SESSION"}
+    assert "ACTIVE_SESSION" not in ("ACTIVE", "SHARD_END")  # what those releases parse
 
 
 @pytest.mark.parametrize("writer", ["old", "a"])
@@ -114,7 +132,7 @@ def test_a_row_a_0_1_member_wrote_last_has_no_session(table: LeaseTable, writer:
     assert (row.owner, row.session) == (writer, None)  # but its counter moved past leaseSessionCounter
     seen = Seen(row.counter, row.owner, 50.0, row.session)
     sessions = {member: SessionSeen(r.token, r.counter, 0.0, 100.0) for member, r in snapshot.sessions.items()}
-    assert session_timer(seen, sessions, 100.0) is None  # timed by its row alone
+    assert unchanged_since(seen, sessions, 100.0) == 50.0  # timed by its row alone
 
 
 def test_every_holder_write_records_its_session_with_the_counter(table: LeaseTable) -> None:
@@ -143,32 +161,68 @@ class FlakySessions(LeaseTable):
         return super().renew_session(member_id, token, previous, plan_version=plan_version, handled=handled)
 
 
-def test_a_lease_is_valid_from_the_last_session_renewal_and_stops_growing_without_one(aws: LocalAWS) -> None:
+def test_a_session_lease_is_valid_while_its_chain_lasts_and_no_lease_row_is_written_to_renew_it(
+        aws: LocalAWS) -> None:
     clock = FakeClock(100.0)
     table = FlakySessions.open(aws.client("dynamodb"), "sessions-flaky")
     holder = LeaseHolder(table, "a", TIMING, clock)
     pool = WritePool(2, "a")
+    tick = lambda: holder.renew_all(pool, lambda key, held: None)  # noqa: E731
     try:
-        holder.renew_session()
+        holder.renew_session()  # sent 100: the chain lasts until 106
         clock.advance(2.0)
         lease = table.create_lease_if_absent("k", owner="a", session=holder.session)
         assert lease is not None
-        h = holder.add("k", lease, holder.stamp())
-        assert h.valid_until == 100.0 + TIMING.validity  # from the session renewal, not from the take
-        clock.advance(1.0)
-        holder.renew_all(pool, lambda key, held: None)  # a tick: session, then the lease
-        assert h.valid_until == 103.0 + TIMING.validity
-        table.down = True
+        holder.add("k", lease, holder.stamp())
+        for _ in range(5):  # five ticks: the session row is renewed, the lease row is not
+            clock.advance(3.0)
+            tick()
+            assert holder.holds("k")
+        assert table.get("k").counter == lease.counter and holder.counters()["renewals"] == 0  # type: ignore[union-attr]
+        table.down = True  # session renewals fail (116): the chain (until 118) will not reach the next tick
         clock.advance(3.0)
-        holder.renew_all(pool, lambda key, held: None)
-        assert h.valid_until == 103.0 + TIMING.validity  # no session renewal: no gain from the row's
-        assert table.get("k").counter == lease.counter + 1  # type: ignore[union-attr]
+        tick()
+        row = table.get("k")
+        assert row is not None and row.counter == lease.counter + 1 and row.state.value == "ACTIVE"
+        assert holder.holds("k")  # renewed by its row now, as before 0.2: valid until 119 + 6
         clock.advance(3.0)
-        assert not holder.holds("k")  # 109 >= 103 + 6: stopped before a watcher may take it
+        tick()
+        assert holder.holds("k") and table.get("k").counter == lease.counter + 2  # type: ignore[union-attr]
         table.down = False
-        clock.advance(1.0)
-        holder.renew_all(pool, lambda key, held: None)
-        assert holder.holds("k") and h.valid_until == 110.0 + TIMING.validity
+        clock.advance(3.0)
+        tick()  # the chain is back: the lease becomes a session lease again (one write)
+        row = table.get("k")
+        assert row is not None and row.state.value == "ACTIVE_SESSION" and row.counter == lease.counter + 3
+        clock.advance(3.0)
+        tick()
+        assert table.get("k").counter == lease.counter + 3 and holder.holds("k")  # type: ignore[union-attr]
+    finally:
+        pool.shutdown()
+
+
+def test_a_renewal_answered_after_the_chain_ran_out_makes_the_holder_write_its_leases_first(
+        aws: LocalAWS) -> None:
+    # the holder is paused past its chain: its next renewal succeeds but is answered late, so
+    # a watcher may have taken a lease in between; its leases are not processed until a
+    # conditional write of each shows nobody did
+    clock = FakeClock(100.0)
+    table = FlakySessions.open(aws.client("dynamodb"), "sessions-late")
+    holder = LeaseHolder(table, "a", TIMING, clock)
+    pool = WritePool(2, "a")
+    try:
+        holder.renew_session()
+        lease = table.create_lease_if_absent("k", owner="a", session=holder.session)
+        assert lease is not None
+        holder.add("k", lease, holder.stamp())
+        clock.advance(7.0)  # paused: the chain (until 106) ran out
+        assert not holder.holds("k")
+        holder.renew_session()  # answered now: a new chain; the lease belongs to the old one
+        assert not holder.holds("k")
+        taken = table.take(table.get("k"), "b", session="tb")  # type: ignore[arg-type]
+        assert taken is not None  # a watcher took it meanwhile
+        lost: list[str] = []
+        holder.renew_all(pool, lambda key, held: lost.append(key))
+        assert lost == ["k"] and not holder.holds("k")
     finally:
         pool.shutdown()
 
@@ -191,49 +245,45 @@ def test_nothing_is_taken_before_a_session_renewal_succeeds(aws: LocalAWS) -> No
         pool.shutdown()
 
 
-def test_a_renewal_answered_with_an_error_but_applied_never_dates_the_session_later(aws: LocalAWS) -> None:
+def test_a_renewal_answered_with_an_error_but_applied_is_recognised_and_dated_from_its_send(
+        aws: LocalAWS) -> None:
     # the renewal sent at 103 is applied but answered with an error: a watcher may first see its
-    # counter at 103. The next renewal (107, a late tick) finds that counter already written: it
-    # proves nothing about when, so validity still counts from 100 until a renewal of its own.
+    # counter at 103. The next renewal (107) finds this session's token with that counter: it
+    # was ours; the session keeps its token and counts from 103, not 107
     clock = FakeClock(100.0)
     table = FlakySessions.open(aws.client("dynamodb"), "sessions-applied")
     holder = LeaseHolder(table, "a", TIMING, clock)
     holder.renew_session()
+    first = holder.session
     clock.advance(3.0)
     table.down = table.applied = True
     holder.renew_session()
     assert table.read_rows([], ["a"])[1]["a"].counter == 2  # type: ignore[union-attr]
     table.down = False
     clock.advance(4.0)
-    first = holder.session
-    holder.renew_session()  # counter 2 may date from 103: a new session of its own, sent at 107
+    holder.renew_session()
     row = table.read_rows([], ["a"])[1]["a"]
-    assert holder.session != first and row is not None and (row.token, row.counter) == (holder.session, 3)
-    assert holder.stamp() == 107.0
+    assert holder.session == first and row is not None and (row.token, row.counter) == (first, 2)
+    assert holder.chain_alive() and not holder.chain_alive(103.0 + TIMING.validity - clock() + 0.01)
+    clock.advance(1.0)
+    holder.renew_session()  # an ordinary renewal again
+    assert table.read_rows([], ["a"])[1]["a"].counter == 3  # type: ignore[union-attr]
 
 
-class Overlapping(LeaseTable):
-    """Records how many takes run at once."""
+class CountingReads(LeaseTable):
+    """Counts strongly consistent reads of session rows."""
 
-    def __init__(self, *args: object, **kwargs: object) -> None:
-        super().__init__(*args, **kwargs)  # type: ignore[arg-type]
-        self.running = 0
-        self.most = 0
-        self.lock = threading.Lock()
+    consistent_reads = 0
 
-    def take(self, lease: m.Lease, owner: str, **kwargs: object) -> m.Lease | None:
-        with self.lock:
-            self.running += 1
-            self.most = max(self.most, self.running)
-        try:
-            return super().take(lease, owner, **kwargs)  # type: ignore[arg-type]
-        finally:
-            with self.lock:
-                self.running -= 1
+    def read_rows(self, keys, members, *, consistent=False):  # type: ignore[no-untyped-def]
+        if consistent and members:
+            self.consistent_reads += 1
+        return super().read_rows(keys, members, consistent=consistent)
 
 
-def test_takes_checked_against_one_session_go_one_at_a_time(aws: LocalAWS) -> None:
-    table = Overlapping(aws.client("dynamodb"), "sessions-serial")
+def test_takes_relying_on_one_session_read_it_once_strongly_consistent_and_skip_if_it_moved(
+        aws: LocalAWS) -> None:
+    table = CountingReads(aws.client("dynamodb"), "sessions-checked")
     table.ensure_table()
     table.renew_session("x", "tx", None)
     leases = [table.create_lease_if_absent(f"k{i}", owner="x", session="tx") for i in range(8)]
@@ -241,10 +291,14 @@ def test_takes_checked_against_one_session_go_one_at_a_time(aws: LocalAWS) -> No
     pool = WritePool(8, "a")
     acquisitions = Acquisitions(holder, GuardedListener(NullListener(), "a", lambda _: None), pool, "a",
                                 m.TRIM_HORIZON)
-    check = SessionCheck("x", "tx", 1)
     try:
+        table.renew_session("x", "tx", 1)  # x renewed after it was timed at counter 1: alive
+        stale = SessionCheck("x", "tx", 1)
+        acquisitions.run([Take(f"k{i}", "takeovers", lease, stale) for i, lease in enumerate(leases)], set(), {}, {})
+        assert holder.keys() == frozenset() and table.consistent_reads == 1
+        check = SessionCheck("x", "tx", 2)
         acquisitions.run([Take(f"k{i}", "takeovers", lease, check) for i, lease in enumerate(leases)], set(), {}, {})
-        assert holder.keys() == {f"k{i}" for i in range(8)}
-        assert table.most == 1  # DynamoDB would cancel concurrent transactions on the session row
+        assert holder.keys() == {f"k{i}" for i in range(8)} and table.consistent_reads == 2
+        assert holder.counters()["take_conflicts"] == 8
     finally:
         pool.shutdown()

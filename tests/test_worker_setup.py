@@ -11,10 +11,16 @@ from botocore.exceptions import NoRegionError
 from hashring import StaticMembership
 from kinesis import ConfigurationError, RecordProcessor, StreamConfig, WorkerConfig
 from kinesis.consumer.consumer_registration import ConsumerRegistration, deregister_on_stop
-from kinesis.consumer.worker_setup import build_client, check_processor_factories, worker_membership
+from kinesis.consumer.worker_setup import (
+    build_client,
+    check_processor_factories,
+    resolve_reads,
+    worker_membership,
+)
 from kinesis.lease_loop.clock import FakeClock
 from kinesis.lease_loop.leases import LeaseTable
 from kinesis.lease_loop.membership import DynamoDBMembership
+from kinesis.lease_loop.session_membership import SessionMembership
 
 
 class Session:
@@ -49,12 +55,17 @@ def test_a_client_without_a_region_is_a_configuration_error_that_says_how_to_giv
 CONFIG = WorkerConfig(table_name="orders-leases", streams=[StreamConfig("orders", "app", "TRIM_HORIZON")])
 
 
-def test_the_default_membership_heartbeats_in_the_lease_table_and_a_given_one_is_checked() -> None:
+def test_the_default_membership_is_the_member_list_in_the_lease_table_and_a_given_one_is_checked() -> None:
     table = LeaseTable(None, "orders-leases")
     named = WorkerConfig(table_name="orders-leases", worker_id="w1",
                          streams=[StreamConfig("orders", "app", "TRIM_HORIZON")])
     default = worker_membership(named, table, None, FakeClock())
-    assert isinstance(default, DynamoDBMembership) and default.self_id == "w1" and default.table is table
+    assert isinstance(default, SessionMembership) and default.self_id == "w1" and default.table is table
+    assert resolve_reads("auto", default) == "scoped"  # no scan
+    scanning = WorkerConfig(table_name="orders-leases", worker_id="w1", reads="scan",
+                            streams=[StreamConfig("orders", "app", "TRIM_HORIZON")])
+    heartbeats = worker_membership(scanning, table, None, FakeClock())
+    assert isinstance(heartbeats, DynamoDBMembership) and resolve_reads("scan", heartbeats) == "scan"
     given = StaticMembership(["w1", "w2"], "w1")
     assert worker_membership(named, table, given, FakeClock()) is given
     with pytest.raises(ConfigurationError, match="differs from the membership's self_id 'w2'"):

@@ -73,6 +73,7 @@ from kinesis.lease_loop.clock import MONOTONIC, Clock
 from kinesis.lease_loop.coordinator import LeaseCoordinator
 from kinesis.lease_loop.leases import LeaseTable
 from kinesis.lease_loop.membership import DynamoDBMembership
+from kinesis.lease_loop.session_membership import SessionMembership
 from kinesis.log_setup import setup_logging
 
 log = logging.getLogger(__name__)
@@ -314,7 +315,8 @@ class Worker:
 
     def readiness(self) -> tuple[bool, str]:
         """(ready, why): running and ticked once; the lease table and the member list read
-        successfully within ``readiness_timeout``; with DynamoDBMembership, in the last plan.
+        successfully within ``readiness_timeout``; with a membership kept in the lease table
+        (the default SessionMembership, DynamoDBMembership), in the last plan.
 
         Being in the member list is not required with other memberships: on Kubernetes the
         list holds Ready pods only, so waiting for it would deadlock.
@@ -322,7 +324,7 @@ class Worker:
         if self.state != "running":
             return False, f"worker is {self.state}"
         cs = self.coordinator.status()
-        listed = isinstance(self.membership, DynamoDBMembership)
+        listed = isinstance(self.membership, DynamoDBMembership | SessionMembership)
         planned = worker_health.planned_members(self.coordinator.last_plan) if listed else None
         return worker_health.readiness(cs, self.clock(), self.config.effective_readiness_timeout,
                                        self.worker_id, planned)

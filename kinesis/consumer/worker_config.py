@@ -228,10 +228,12 @@ class WorkerConfig:
     stream, which publishes a shard manifest that the others poll every
     ``manifest_poll_interval`` (default ``shard_sync_interval / 2``;
     :mod:`kinesis.consumer.shard_manifest`); it needs a membership outside the lease table
-    (``KubernetesMembership``, ``StaticMembership``). ``reads="scan"`` scans the lease table
-    every round (what the default ``DynamoDBMembership`` needs: its heartbeats are in the
-    table). ``reads="auto"`` (default): scoped with a membership from outside the table, scan
-    with ``DynamoDBMembership``. ``backup_check_interval`` (scoped only; default
+    (the default :class:`~kinesis.lease_loop.session_membership.SessionMembership`, whose
+    member list its members keep in the table without a scan, ``KubernetesMembership``,
+    ``StaticMembership``). ``reads="scan"`` scans the lease table every round (with a
+    ``DynamoDBMembership``, whose heartbeats are in the table: the Worker's default then).
+    ``reads="auto"`` (default): scoped, unless the membership given is a
+    ``DynamoDBMembership``. ``backup_check_interval`` (scoped only; default
     ``lease_duration / 2``): how often a member reads the session rows of the members it
     watches; shorter takes a crashed member that is still listed over sooner, for more reads.
 
@@ -392,9 +394,9 @@ class WorkerConfig:
         ``reads`` resolved against the membership (:func:`~kinesis.consumer.worker_setup.resolve_reads`)."""
         if reads == "scan" and self.backup_check_interval is not None:
             raise ConfigurationError(
-                "backup_check_interval only applies to scoped reads, and reads='auto' resolves to "
-                "'scan' with the default DynamoDBMembership: pass a KubernetesMembership or "
-                "StaticMembership, or leave backup_check_interval unset"
+                "backup_check_interval only applies to scoped reads, and reads resolve to 'scan' "
+                "here (reads='scan', or a DynamoDBMembership): use the default membership, a "
+                "KubernetesMembership or a StaticMembership, or leave backup_check_interval unset"
             )
         scoped = reads == "scoped" and self.backup_check_interval
         return {

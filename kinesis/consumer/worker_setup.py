@@ -14,6 +14,7 @@ from kinesis.errors import ConfigurationError
 from kinesis.lease_loop.clock import Clock
 from kinesis.lease_loop.leases import LeaseTable
 from kinesis.lease_loop.membership import DynamoDBMembership
+from kinesis.lease_loop.session_membership import SessionMembership
 
 
 def check_processor_factories(
@@ -64,7 +65,7 @@ def build_client(session: Any, service: str, endpoint_url: str | None, region_na
 
 def resolve_reads(reads: str, membership: Membership) -> str:
     """``reads`` ("auto": "scan" with a DynamoDBMembership, whose heartbeats the scans carry;
-    "scoped" with a membership from outside the lease table)."""
+    "scoped" with any other, the default SessionMembership included)."""
     if reads != "auto":
         return reads
     return "scan" if isinstance(membership, DynamoDBMembership) else "scoped"
@@ -73,14 +74,14 @@ def resolve_reads(reads: str, membership: Membership) -> str:
 def worker_membership(
     config: WorkerConfig, table: LeaseTable, membership: Membership | None, clock: Clock
 ) -> Membership:
-    """``membership`` checked against ``config``, or a DynamoDBMembership in ``table``."""
+    """``membership`` checked against ``config``; by default a SessionMembership in ``table``
+    (the member list as a document its members keep: no scan), or with ``reads="scan"`` a
+    DynamoDBMembership (heartbeat rows the scans carry)."""
     if membership is None:
-        return DynamoDBMembership(
-            table,
-            config.worker_id or default_worker_id(),
-            member_timeout=config.effective_member_timeout,
-            clock=clock,
-        )
+        member_id = config.worker_id or default_worker_id()
+        if config.reads == "scan":
+            return DynamoDBMembership(table, member_id, member_timeout=config.effective_member_timeout, clock=clock)
+        return SessionMembership(table, member_id, clock=clock)
     if not isinstance(membership, Membership):
         raise ConfigurationError(
             f"membership must implement hashring.Membership, got {type(membership).__name__}"

@@ -9,10 +9,8 @@ race counts as a ``take_conflict``; any other failure is logged and the next rou
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import logging
-import threading
 from collections.abc import Callable, Mapping, MutableSet, Sequence
 
 from kinesis.errors import KinesisHashRingError, LeaseLostError
@@ -41,16 +39,12 @@ class Acquisitions:
         """Send ``takes`` at once; hold and start what they won, adding started keys to
         ``fresh``. ``seen`` and ``last_full`` (the rows of the last full read) name the
         previous owner and the sender of a hand-off in the log."""
-        # what a take's validity counts from: a session renewal of this tick or newer; without
-        # any, nothing it took could be processed (the next round tries again)
-        if takes and not self._holder.refresh_session():
+        # what a take rides on: a session chain alive now (renewed within half a tick); without
+        # one, nothing it took could be processed (the next round tries again)
+        if takes and not (self._holder.refresh_session() and self._holder.chain_alive()):
             return
-        # takes checked against one session go one at a time: DynamoDB cancels concurrent
-        # transactions on a shared item (TransactionConflict)
-        locks = {t.check.member_id: threading.Lock() for t in takes if t.check is not None}
-        results = self._pool.run([functools.partial(self._timed, self._write(t),
-                                                    locks[t.check.member_id] if t.check is not None else None)
-                                  for t in takes])
+        takes = self._confirmed(takes)
+        results = self._pool.run([functools.partial(self._timed, self._write(t)) for t in takes])
         for take, result in zip(takes, results, strict=True):
             if isinstance(result, LeaseLostError):
                 result = (None, 0.0)
@@ -67,10 +61,31 @@ class Acquisitions:
             if h.started:
                 fresh.add(take.key)
             self._holder.count(take.kind)
-            how = self._how(take.key, take.kind, seen, last_full)
+            how = self._how(take, seen, last_full)
             log.info("%s: %s (counter %d)", self._me, how, lease.counter)
             if h.started and not self._listener.call("on_lease_acquired", lease):
                 self._holder.drop(take.key, h)
+
+    def _confirmed(self, takes: Sequence[Take]) -> Sequence[Take]:
+        """``takes`` without those whose holder's session moved since it was timed: one strongly
+        consistent read of each such session row, right before the takes (a take timed by a
+        session relies on it: :mod:`~kinesis.lease_loop.holder`)."""
+        members = sorted({t.check.member_id for t in takes if t.check is not None})
+        if not members:
+            return takes
+        try:
+            rows = self._holder.table.read_rows((), members, consistent=True)[1]
+        except KinesisHashRingError as exc:
+            log.warning("%s: could not read the sessions its takes rely on (trying next round): %s", self._me, exc)
+            self._holder.count("lease_loop_errors")
+            return [t for t in takes if t.check is None]
+        kept = []
+        for take in takes:
+            if take.check is not None and not take.check.holds(rows.get(take.check.member_id)):
+                self._holder.count("take_conflicts")  # the holder renewed its session meanwhile
+                continue
+            kept.append(take)
+        return kept
 
     def _write(self, take: Take) -> Callable[[], Lease | None]:
         table, session = self._holder.table, self._holder.session
@@ -79,19 +94,19 @@ class Acquisitions:
                                      checkpoint=self._initial_checkpoint, owner=self._me, session=session)
         if take.kind == "adopted":
             return functools.partial(table.adopt, take.lease, session=session)
-        return functools.partial(table.take, take.lease, self._me, session=session, check=take.check)
+        return functools.partial(table.take, take.lease, self._me, session=session)
 
-    def _timed(self, write: Callable[[], Lease | None], lock: threading.Lock | None) -> tuple[Lease | None, float]:
-        with lock or contextlib.nullcontext():
-            stamp = self._holder.stamp()
-            return write(), stamp
+    def _timed(self, write: Callable[[], Lease | None]) -> tuple[Lease | None, float]:
+        stamp = self._holder.stamp()
+        return write(), stamp
 
-    def _how(self, key: str, kind: str, seen: Mapping[str, Seen], last_full: Mapping[str, Lease]) -> str:
-        """How ``key`` was acquired and from whom, for the log (the row as last read)."""
+    def _how(self, take: Take, seen: Mapping[str, Seen], last_full: Mapping[str, Lease]) -> str:
+        """How ``take.key`` was acquired and from whom, for the log (the row as read)."""
+        key, kind = take.key, take.kind
         timer = seen.get(key)
         before = timer.owner if timer is not None else None
         if kind == "adopted":
-            row = last_full.get(key)
+            row = take.lease if take.lease is not None else last_full.get(key)
             sender = row.handed_off_by if row is not None and row.owner == self._me else None
             return f"adopted lease {key} handed off by {sender or 'another member'}"
         if kind == "takeovers":
@@ -100,4 +115,6 @@ class Acquisitions:
             return f"took orphaned lease {key} from {before or 'nobody'}"
         if kind == "offers_withdrawn":
             return f"took back lease {key} offered to {before}, not adopted within adopt_timeout"
+        if kind == "recovered":
+            return f"recovered lease {key}: its own take or adoption was applied though answered with an error"
         return f"acquired {'new' if kind == 'created' else 'free'} lease {key}"

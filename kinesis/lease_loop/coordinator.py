@@ -135,7 +135,9 @@ class LeaseCoordinator:
             ``backup_check_interval``, the session row of each member it watches (its
             ``replicas`` predecessors; all of that member's rows once its session stops
             changing for a tick); see :mod:`~kinesis.lease_loop.scoped_reads`.
-        sweep_interval: scoped reads: the slow safety sweep (default ``30 * lease_duration``).
+        sweep_interval: scoped reads: a periodic full scan by two members (default: none;
+            a member scans once at start). Every key is read by a member that can act on it
+            without one (tests/fleetsim); set it for an extra backstop.
         backup_check_interval: scoped reads: how often a member reads the session rows of
             the members it watches (default ``lease_duration / 2``: a crashed member still
             listed is taken over within a lease duration, that interval and a light round

@@ -23,6 +23,7 @@ from kinesis.lease_loop.lease_timing import LeaseTiming
 from kinesis.lease_loop.leases import LeaseTable
 from kinesis.lease_loop.membership import DynamoDBMembership
 from kinesis.lease_loop.resource_keys import provider_of
+from kinesis.lease_loop.session_membership import SessionMembership
 
 _DURATIONS = ("tick_interval", "scan_interval", "backup_grace", "orphan_timeout", "handoff_timeout",
               "adopt_timeout")
@@ -93,7 +94,7 @@ class CoordinatorSettings:
             )
         if reads not in ("scan", "scoped"):
             raise ConfigurationError(f"reads must be 'scan' or 'scoped', got {reads!r}")
-        sweep = _seconds_or("sweep_interval", sweep_interval, 30 * timing.lease_duration)
+        sweep = math.inf if sweep_interval is None else check_seconds("sweep_interval", sweep_interval)
         backup_check = _seconds_or("backup_check_interval", backup_check_interval, timing.lease_duration / 2)
         if weights is not None:
             if not isinstance(weights, Mapping):
@@ -110,6 +111,16 @@ class CoordinatorSettings:
         provider = provider_of(resources)
         checkpoint = Checkpoint.of(initial_checkpoint)
         same_table = isinstance(membership, DynamoDBMembership) and membership.table.table_name == table.table_name
+        if isinstance(membership, SessionMembership) and reads != "scoped":
+            raise ConfigurationError(
+                "a SessionMembership is read by scoped rounds (reads='scoped'); with reads='scan' "
+                "use a DynamoDBMembership (heartbeat rows the scans carry)"
+            )
+        if isinstance(membership, SessionMembership) and membership.table.table_name != table.table_name:
+            raise ConfigurationError(
+                f"a SessionMembership of table {membership.table.table_name!r} cannot drive a coordinator of "
+                f"table {table.table_name!r}: give both the same lease table"
+            )
         drive = membership if drive_membership and same_table and isinstance(membership, DynamoDBMembership) else None
         if drive is not None and drive.member_timeout < 2 * timing.tick_interval:
             raise ConfigurationError(
@@ -119,8 +130,8 @@ class CoordinatorSettings:
         if reads == "scoped" and same_table:
             raise ConfigurationError(
                 "reads='scoped' needs a membership that is not read from the lease table's scan "
-                "(KubernetesMembership or StaticMembership): a DynamoDBMembership in the lease "
-                "table is fed by the scan this mode avoids"
+                "(SessionMembership, KubernetesMembership or StaticMembership): a DynamoDBMembership "
+                "in the lease table is fed by the scan this mode avoids"
             )
         if warmup_ticks is None:
             warmup_ticks = 1 if drive is not None else 0

@@ -5,20 +5,25 @@ these, and sends the writes they name. Every duration is judged on the observer'
 (``Snapshot.now``) against :class:`Seen` timers: when this member first saw a row's
 (counter, owner) pair. A row is *unchanged* for ``now - seen.since``.
 
-**Sessions.** A lease that names its owner's current session token (``Lease.session``)
-is unchanged for as long as its row *or* that session row is, whichever is longer: a
-holder renews its session once per tick and stops processing by the session's timer too
-(:mod:`~kinesis.lease_loop.session_rows`). A take that relies on the session's timer
-carries a :class:`~kinesis.lease_loop.lease_model.SessionCheck`: it is sent in one
-transaction with a check that the session row is still what was timed.
+**Sessions.** A lease held under a session lease (``ACTIVE_SESSION``,
+:mod:`~kinesis.lease_loop.holder`) is unchanged while the session it names is: since its
+counter last changed, or, once that session is gone, since the first sight of another token
+or of no row at all. A row that names a session but is renewed by its holder (a release
+before 0.2, or a holder whose session cannot be renewed) is unchanged while both are. Such
+expiry can be judged only in a round that read that session row; otherwise it is not
+expired. A take that relies on a session carries a
+:class:`~kinesis.lease_loop.lease_model.SessionCheck`, which a strongly consistent read of
+the session row confirms right before the conditional take.
 
 **Taking** (:func:`takes`). A lease is expired once unchanged for ``lease_duration``; a free
 lease (or a missing row) counts as expired from the moment it is first seen free; an offer
 (a lease handed off to a member) once unchanged for ``adopt_timeout``. The takeover order
 of an expired lease is the plan's owners without its holder, in order: the i-th may take
 it once it has been expired for ``i * backup_grace`` (the planned primary at once, its first
-backup one grace later). Any member may take a lease (or create a missing row) unchanged
-for ``orphan_timeout``: disagreeing views stall a key for a bounded time only. A lease this
+backup one grace later); a lease of a holder this member watched and that then left the
+member list, by this member at once (it timed that holder all along). Any member may take a
+lease (or create a missing row) unchanged for ``orphan_timeout``: disagreeing views stall a
+key for a bounded time only. A lease this
 member owns but does not hold (an earlier run of the same id) is taken back once expired.
 A lease this member handed off and its target did not adopt within ``adopt_timeout`` is
 taken back by this member, whatever the plan says (the member that makes an offer sees it
@@ -50,7 +55,7 @@ from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field, replace
 
 from hashring import Assignment, chore_owners
-from kinesis.lease_loop.lease_model import Lease, SessionCheck
+from kinesis.lease_loop.lease_model import Lease, LeaseState, SessionCheck
 from kinesis.lease_loop.lease_timing import LeaseTiming
 
 
@@ -63,38 +68,56 @@ class Seen:
     since: float
     session: str | None = None
     """The row's session token (``Lease.session``)."""
+    leased: bool = False
+    """Held under a session lease (``ACTIVE_SESSION``): timed by its session alone."""
 
 
 @dataclass(frozen=True)
 class SessionSeen:
-    """When this member first saw a member's session row with (token, counter)."""
+    """When this member first saw a member's session row with (token, counter); ``token``
+    None: it saw no row (a tombstone: since then)."""
 
-    token: str
+    token: str | None
     counter: int
     since: float
     read_at: float
     """When the row was last read (unchanged since ``since`` until then)."""
+    token_since: float = -math.inf
+    """When this member first saw ``token`` (or no row): a session it replaced is gone since then."""
 
 
-def session_timer(seen: Seen, sessions: Mapping[str, SessionSeen], read_by: float = -math.inf
-                  ) -> SessionSeen | None:
-    """The session timer that times a row seen as ``seen``: its owner's, if the row names
-    that session's token, the session has been unchanged for longer than the row, and it
-    was read at ``read_by`` or later (this round: an old view of a session is no news)."""
+def unchanged_since(seen: Seen, sessions: Mapping[str, SessionSeen], read_by: float = -math.inf) -> float | None:
+    """Since when a lease seen as ``seen`` is unchanged. A row that names no session: its own
+    timer. A row held under a session lease: its session's (its counter's timer while it has
+    the token the row names, else the first sight of the token or absence that replaced
+    it), whatever the row did (its checkpoints do not make the holder valid for longer). A
+    row that names a session but is renewed by its holder (before 0.2, or while its session
+    cannot be renewed): the later of the two. None: it names a session not read at
+    ``read_by`` or later (this round: its expiry cannot be judged now)."""
+    if seen.session is None or seen.owner is None:
+        return seen.since
+    session = sessions.get(seen.owner)
+    if session is None or session.read_at < read_by:
+        return None
+    timer = session.since if session.token == seen.session else session.token_since
+    return timer if seen.leased else max(seen.since, timer)
+
+
+def expired_for(seen: Seen, sessions: Mapping[str, SessionSeen], now: float, expiry: float) -> float:
+    """How long past ``expiry`` a lease seen as ``seen`` has been unchanged at ``now``
+    (negative: not expired, or not judgeable now)."""
+    since = unchanged_since(seen, sessions, now)
+    return -math.inf if since is None else now - since - expiry
+
+
+def session_check(seen: Seen, sessions: Mapping[str, SessionSeen]) -> SessionCheck | None:
+    """What a take of the lease seen as ``seen`` relies on about its owner's session (None:
+    it names none)."""
     if seen.session is None or seen.owner is None:
         return None
     session = sessions.get(seen.owner)
-    if (session is None or session.token != seen.session or session.since >= seen.since
-            or session.read_at < read_by):
-        return None
-    return session
-
-
-def unchanged_since(seen: Seen, sessions: Mapping[str, SessionSeen], read_by: float = -math.inf) -> float:
-    """Since when a row seen as ``seen`` is unchanged (by its row or its session read at
-    ``read_by`` or later)."""
-    session = session_timer(seen, sessions, read_by)
-    return seen.since if session is None else session.since
+    alive = session is not None and session.token == seen.session
+    return SessionCheck(seen.owner, seen.session, session.counter if alive and session is not None else None)
 
 
 @dataclass(frozen=True)
@@ -145,6 +168,14 @@ class Snapshot:
     """Held key -> its hand-off in progress."""
     offered: Mapping[str, tuple[str, int]] = field(default_factory=dict)
     """Key -> (target, counter written) of this member's hand-offs not adopted yet."""
+    session: str | None = None
+    """This member's session token (a row that names it and is not held is this run's own)."""
+    session_since: float = math.inf
+    """When this member's session token was first written (answered): a row of its member id
+    naming another token belongs to an earlier run, gone at least since then."""
+    inherited: Mapping[str, str | None] = field(default_factory=dict)
+    """Key -> holder of leases of members this member watched that left the member list: it
+    takes them once expired as their first backup, whatever the plan says."""
     absent: AbstractSet[str] = frozenset()
     """Members found without a session row lately: no hand-off goes to them now."""
     stopping: bool = False
@@ -174,7 +205,7 @@ def observe(rows: Mapping[str, Lease], seen: Mapping[str, Seen], now: float, *,
     for key, lease in rows.items():
         old = seen.get(key)
         if old is None or old.counter != lease.counter or old.owner != lease.owner:
-            changed[key] = Seen(lease.counter, lease.owner, now, lease.session)
+            changed[key] = Seen(lease.counter, lease.owner, now, lease.session, lease.state is LeaseState.ACTIVE_SESSION)
             if old is not None and lease.owner is not None and lease.handed_off_by is None:
                 timer = sessions.get(lease.owner)
                 if timer is None or lease.session != timer.token:
@@ -219,7 +250,7 @@ def suspect(snap: Snapshot, active: Iterable[str]) -> Suspicion:
             snap.rows[k].handed_off_by is not None and now - snap.seen[k].since >= timing.adopt_timeout
             for k in keys
         )
-        if unadopted or all(now - unchanged_since(snap.seen[k], snap.sessions, now) >= timing.lease_duration
+        if unadopted or all(expired_for(snap.seen[k], snap.sessions, now, timing.lease_duration) >= 0
                             for k in keys):
             if member not in suspects:
                 counts[member] = counts.get(member, 0) + 1
@@ -247,14 +278,14 @@ def plan_members(listed: Sequence[str], me: str, suspects: Mapping[str, float], 
 @dataclass(frozen=True)
 class Take:
     """Take (with no row: create; kind "adopted": adopt) the lease of ``key``; ``kind`` is the
-    counter it counts as: adopted, created, acquired, takeovers, orphans_taken or
-    offers_withdrawn."""
+    counter it counts as: adopted, created, acquired, takeovers, orphans_taken,
+    offers_withdrawn or recovered (this run's own take or adoption whose answer was lost)."""
 
     key: str
     kind: str
     lease: Lease | None
     check: SessionCheck | None = None
-    """The holder's session as timed, when the take relies on it."""
+    """What the take relies on about the holder's session (confirmed by a consistent read)."""
 
 
 def adoptions(snap: Snapshot) -> list[Take]:
@@ -291,12 +322,22 @@ def takes(snap: Snapshot, keys: Iterable[str]) -> Takes:
             seen = timers[key] = Seen(None, None, now)
         lease = snap.rows.get(key)
         owners = plan.owners[key]
-        session = session_timer(seen, snap.sessions, now) if lease is not None and lease.owner != me else None
-        unchanged = now - (seen.since if session is None else session.since)
         if lease is not None and lease.owner == me:
-            if lease.handed_off_by is None and unchanged >= timing.lease_duration:
-                out.append(Take(key, "takeovers", lease))  # left behind by an earlier run of this id
+            if lease.handed_off_by is not None:
+                continue  # handed to this member: adopted (adoptions)
+            if snap.session is not None and lease.session == snap.session:
+                out.append(Take(key, "recovered", lease))  # this run's own write, its answer lost
+                continue
+            # an earlier run's: its session is gone since this run's first renewal at the latest
+            earlier = seen.since if lease.session is None else max(seen.since, snap.session_since)
+            if now - earlier >= timing.lease_duration:
+                check = None if lease.session is None else SessionCheck(me, lease.session, None)
+                out.append(Take(key, "takeovers", lease, check))
             continue
+        timer = unchanged_since(seen, snap.sessions, now)
+        if timer is None:
+            continue  # it names a session this round did not read: not judgeable now
+        unchanged = now - timer
         mine = snap.offered.get(key)
         if (lease is not None and mine is not None and (lease.owner, lease.counter) == mine
                 and lease.handed_off_by == me):  # this member's offer: it sees it through
@@ -306,21 +347,22 @@ def takes(snap: Snapshot, keys: Iterable[str]) -> Takes:
         free = lease is None or lease.owner is None
         offer = lease is not None and lease.owner is not None and lease.handed_off_by is not None
         expiry = timing.adopt_timeout if offer else timing.lease_duration
-        expired_for = unchanged if free else unchanged - expiry
-        if expired_for < 0:
+        past = unchanged if free else unchanged - expiry
+        if past < 0:
             continue
         holder = None if lease is None else lease.owner
         candidates = [o for o in owners if o != holder]
+        if holder is not None and snap.inherited.get(key) == holder:
+            candidates = [me]  # its former watcher: it has timed that holder all along
         if me in candidates:
-            if expired_for < candidates.index(me) * timing.backup_grace:
+            if past < candidates.index(me) * timing.backup_grace:
                 continue
             kind = "offers_withdrawn" if offer else "acquired" if free else "takeovers"
         elif unchanged >= timing.orphan_timeout:
             kind = "orphans_taken"
         else:
             continue
-        check = None if session is None or lease is None or lease.owner is None else SessionCheck(
-            lease.owner, session.token, session.counter)
+        check = session_check(seen, snap.sessions) if lease is not None else None
         out.append(Take(key, "created" if lease is None and kind == "acquired" else kind, lease, check))
     return Takes(timers, tuple(out))
 
@@ -328,14 +370,20 @@ def takes(snap: Snapshot, keys: Iterable[str]) -> Takes:
 def handoff_target(snap: Snapshot, key: str) -> str | None:
     """Where the held lease of ``key`` belongs: its planned owner (``me``: keep it), or None:
     release it (not planned any more, or stopping without a plan). While stopping: the first
-    of the key's owners (primary, then backups) that is not suspected, else None."""
+    of the key's owners (primary, then backups) that is not suspected, else the first such
+    member after them in the sorted member list (a released lease would wait ``orphan_timeout``
+    when every owner is listed but not running), else None."""
     if key not in snap.planned:
         return None
     if snap.plan is None:
         return None if snap.stopping else snap.me
     if not snap.stopping:
         return snap.plan.owner(key)
-    return next((o for o in snap.plan.owners[key]
+    owners = snap.plan.owners[key]
+    members = snap.plan.members
+    start = members.index(owners[-1]) + 1 if owners[-1] in members else 0
+    ring = (*owners, *members[start:], *members[:start])
+    return next((o for o in ring
                  if o != snap.me and o not in snap.suspicions.suspects and o not in snap.absent), None)
 
 
@@ -364,8 +412,8 @@ def handoff_budget(snap: Snapshot) -> HandoffBudget:
         lease.owner
         for key, lease in snap.rows.items()
         if lease.owner is not None
-        and now - unchanged_since(snap.seen[key], snap.sessions, now)
-        >= (timing.adopt_timeout if lease.handed_off_by is not None else timing.lease_duration)
+        and expired_for(snap.seen[key], snap.sessions, now,
+                        timing.adopt_timeout if lease.handed_off_by is not None else timing.lease_duration) >= 0
     )
     return HandoffBudget(
         in_flight=sum(1 for o in snap.offers.values() if o.counted),
@@ -404,8 +452,8 @@ def next_expiry(seen: Mapping[str, Seen], held: AbstractSet[str], me: str, lease
     renewed, by its row or its session (math.inf: none)."""
     sessions = sessions or {}
     due = [
-        unchanged_since(s, sessions) + lease_duration for key, s in seen.items()
-        if s.owner not in (None, me) and key not in held
+        since + lease_duration for key, s in seen.items()
+        if s.owner not in (None, me) and key not in held and (since := unchanged_since(s, sessions)) is not None
     ]
     return min((t for t in due if t > after), default=math.inf)
 
@@ -422,7 +470,7 @@ def stale_sessions(sessions: Mapping[str, SessionSeen], leases: Mapping[str, Lea
     Empty unless ``me`` owns the chore."""
     live = set(listed)
     gone = [(member, s) for member, s in sorted(sessions.items())
-            if member not in live and now - s.since >= lease_duration]
+            if s.token is not None and member not in live and now - s.since >= lease_duration]
     if not gone or chore_owners(SESSION_CHORE, listed)[:1] != [me]:
         return []  # the usual case, every scan round: no row to look at, no ring to hash
     owners = {lease.owner for lease in leases.values()}

@@ -1,17 +1,32 @@
 """``LeaseHolder``: the leases one member holds, the only state its threads share.
 
-The round thread registers, renews and hands off leases; writer threads renew and hand off
-(one write per lease, at once); processing threads checkpoint, release and ask whether they
-may still process (:meth:`LeaseHolder.holds`). :attr:`LeaseHolder.lock` guards the held map,
-the queue of leases found lost by a checkpoint, the event counters and the ``stopping``
-flag; each :class:`Held` lease has its own lock, taken around every write of it, so a
-renewal, a checkpoint and a hand-off of the same lease never race, while writes of
-different leases go out at once. A held lease is valid until ``lease_duration -
-tick_interval`` (:attr:`~kinesis.lease_loop.lease_timing.LeaseTiming.validity`) after
-:meth:`LeaseHolder.stamp` taken when this member *sent* its last successful write of it: the
-send time, or the send time of the last session renewal completed by then if that is earlier
-(:mod:`~kinesis.lease_loop.session_rows`). So it stops before anyone else can see the lease
-expire, whether they time its row or its session.
+The round thread registers, confirms and hands off leases; writer threads write them (one
+write per lease, at once); processing threads checkpoint, release and ask whether they may
+still process (:meth:`LeaseHolder.holds`). :attr:`LeaseHolder.lock` guards the held map, the
+queue of leases found lost by a checkpoint, the session chain, the event counters and the
+``stopping`` flag; each :class:`Held` lease has its own lock, taken around every write of
+it, so a confirmation, a checkpoint and a hand-off of the same lease never race, while
+writes of different leases go out at once.
+
+**Session leases.** A member renews one session row per tick and no lease row: every lease
+it writes names its session and says ``ACTIVE_SESSION`` (:mod:`~kinesis.lease_loop.lease_model`),
+and is valid while that session's *chain* lasts. With ``V = lease_duration - tick_interval``
+(:attr:`~kinesis.lease_loop.lease_timing.LeaseTiming.validity`), a renewal sent at ``s``
+extends the chain to ``s + V``, but only if its answer came back before the chain ran out; a
+renewal answered later (or a new session token) starts a new chain, and a lease of an
+earlier chain is written again (conditional on its counter) before it is processed again.
+A taker waits until the session the lease names has been unchanged for a lease duration on
+its clock, and reads it strongly consistent right before its conditional take: a renewal
+applied before that read is seen, and one applied after it was answered after the chain ran
+out, so the holder writes the lease again first and one of the two conditional writes fails.
+No transaction is needed, and checkpoints never make a lease valid for longer.
+
+While the chain would not carry its leases to the next tick (session renewals fail, or
+``tick_interval`` is more than a third of the lease), the holder renews each lease by
+writing its row every tick instead, as ``ACTIVE`` (as releases before 0.2 always did): valid
+until ``V`` after the send time of its last write (a conditional write: nobody took it
+before, and nobody may take it until its row has been unchanged for a lease duration on
+their clock). A session row that cannot be written costs writes, not leases.
 """
 
 from __future__ import annotations
@@ -29,7 +44,7 @@ from kinesis.errors import DuplicateMemberIdError, KinesisHashRingError, LeaseLo
 from kinesis.lease_loop.clock import Clock
 from kinesis.lease_loop.decisions import Offer
 from kinesis.lease_loop.lease_listener import COUNTER_NAMES, Completion, completion_done
-from kinesis.lease_loop.lease_model import Checkpoint, Lease
+from kinesis.lease_loop.lease_model import Checkpoint, Lease, LeaseState
 from kinesis.lease_loop.lease_timing import LeaseTiming
 from kinesis.lease_loop.leases import LeaseTable
 from kinesis.lease_loop.write_pool import WritePool, raise_first
@@ -66,10 +81,15 @@ class Held:
 
     lease: Lease
     valid_until: float
+    """``V`` after the send time of its last successful write (its row alone)."""
+    epoch: int = -1
+    """The session chain that write rode on (-1: none); while that chain lasts, so does the lease."""
     lock: threading.Lock = field(default_factory=threading.Lock)
     handoff: Handoff | None = None
     gone: bool = False
     started: bool = True  # False: adopted while stopping, handed on without processing
+    unconfirmed: str | None = None
+    """The write token of its last write that was answered with an error (it may have been applied)."""
 
 
 class LeaseHolder:
@@ -91,7 +111,15 @@ class LeaseHolder:
         """This holder's session token (recorded by every write of its leases)."""
         self._session_counter: int | None = None  # the counter last written (None: not yet)
         self._session_sent = -math.inf  # send time of the last session renewal that completed
-        self._session_uncertain = False  # the last renewal failed: it may have been applied anyway
+        self._uncertain: float | None = None  # send time of a renewal answered with an error
+        self._chain_until = -math.inf  # the current session chain lasts until then
+        self._epoch = 0  # the current chain (a new one starts when a renewal comes back too late)
+        self._abandoned: list[Lease] = []  # leases given up whose release failed: released again
+        self.members_version = 0
+        """The newest member list version this member's session row was told of."""
+        self.session_since = math.inf
+        """When the first renewal of the current session token was answered: a row of this
+        member id naming another token (an earlier run's) is unchanged at least since then."""
         self._session_lock = threading.Lock()
         self.plan_version = 0
         """The published plan this member plans from, recorded in its session row (set by the round)."""
@@ -143,11 +171,24 @@ class LeaseHolder:
             self._offered.pop(key, None)
 
     def holds(self, key: str) -> bool:
-        """True while ``key`` may be processed (held, renewed in time, not handed off)."""
+        """True while ``key`` may be processed (held, valid, not handed off): see the module docs."""
         held = self.get(key)
-        if held is None or held.gone or self._clock() >= held.valid_until:
+        if held is None or held.gone or not self._valid(held, self._clock()):
             return False
         return held.handoff is None or not completion_done(held.handoff.completion)
+
+    def _valid(self, h: Held, now: float) -> bool:
+        """A session lease while its chain lasts; a row this member renews itself until ``V``
+        after its last write."""
+        with self.lock:
+            if h.lease.state is LeaseState.ACTIVE_SESSION:
+                return h.epoch == self._epoch and now < self._chain_until
+            return now < h.valid_until
+
+    def chain_alive(self, margin: float = 0.0) -> bool:
+        """Whether the session chain lasts ``margin`` seconds more (a lease written now rides on it)."""
+        with self.lock:
+            return self._clock() + margin < self._chain_until
 
     def lease(self, key: str) -> Lease | None:
         held = self.get(key)
@@ -196,10 +237,13 @@ class LeaseHolder:
     # --- the session ----------------------------------------------------------------------
 
     def stamp(self) -> float:
-        """What the validity of a write sent now counts from: now, or the send time of the
-        last completed session renewal if that is earlier."""
+        """What the validity of a write sent now counts from: now (its send time)."""
+        return self._clock()
+
+    def _chain_of(self, stamp: float) -> int:
+        """The session chain a lease written at ``stamp`` rides on (-1: none was alive then)."""
         with self.lock:
-            return min(self._clock(), self._session_sent)
+            return self._epoch if stamp < self._chain_until else -1
 
     def refresh_session(self) -> bool:
         """Renew the session unless a renewal was sent within half a tick (before takes, and
@@ -212,7 +256,10 @@ class LeaseHolder:
     def renew_session(self, *, unless_newer_than: float | None = None) -> None:
         """Renew the session row (the round thread, before lease writes); with
         ``unless_newer_than``, only if the last renewal was sent longer ago than that. A
-        failure is logged and counted: validity then stops growing until one succeeds."""
+        failure is logged and counted: the chain then stops growing until one succeeds. A
+        renewal answered with an error may have been applied: the next one recognises it
+        (the row carries this session's token and that counter) and counts from the earlier
+        send, so a renewal is never dated later than it may have been applied."""
         with self._session_lock:  # one renewal at a time (the round, or a late checkpoint)
             sent = self._clock()
             with self.lock:
@@ -221,13 +268,10 @@ class LeaseHolder:
                 if unless_newer_than is not None and sent - self._session_sent < unless_newer_than:
                     return
                 previous = self._session_counter
-                if self._session_uncertain:  # the last renewal may have been applied, at an unknown
-                    self.session, previous = uuid.uuid4().hex, None  # time: start a session of our own
-                    self._session_uncertain = False
-            with self.lock:
                 handled = frozenset(self._handled)
+                token = self.session
             try:
-                row = self.table.renew_session(self._me, self.session, previous, plan_version=self.plan_version,
+                row = self.table.renew_session(self._me, token, previous, plan_version=self.plan_version,
                                                handled=handled if previous is not None else frozenset())
             except DuplicateMemberIdError as exc:
                 with self.lock:
@@ -235,21 +279,35 @@ class LeaseHolder:
                 log.critical("%s: %s", self._me, exc)
                 return
             except BaseException as exc:
-                with self.lock:  # it may have been applied: the next success cannot say when
-                    self._session_uncertain = True
+                with self.lock:  # it may have been applied: the next success counts from this send
+                    if self._uncertain is None:
+                        self._uncertain = sent
                 if not isinstance(exc, KinesisHashRingError):
                     raise
                 self.count("renew_failures")
                 log.warning("%s: could not renew its session: %s", self._me, exc)
                 return
+            answered = self._clock()
             with self.lock:
-                if row.token != self.session:  # the row had gone: a new session under a new token
+                fresh = row.token != token  # the row had gone: a new session under a new token
+                if fresh:
                     log.warning("%s: its session row was deleted; new session %s", self._me, row.token)
                     self.session = row.token
+                if fresh or previous is None:
+                    self.session_since = answered
+                # an earlier attempt answered with an error was applied: count from its send
+                counted_from = sent if self._uncertain is None or not row.replayed else min(sent, self._uncertain)
+                if not fresh and answered < self._chain_until:
+                    self._chain_until = max(self._chain_until, counted_from + self._timing.validity)
+                else:  # answered too late (or a new session): a new chain; older leases get written again
+                    self._epoch += 1
+                    self._chain_until = counted_from + self._timing.validity
+                self._uncertain = None
                 self._session_counter = row.counter
                 if previous is not None:
                     self._handled -= handled
                 self._inbox = row.offers
+                self.members_version = max(self.members_version, row.members_version)
                 self._session_sent = max(self._session_sent, sent)
 
     def end_session(self) -> None:
@@ -267,7 +325,7 @@ class LeaseHolder:
 
     def add(self, key: str, lease: Lease, stamp: float) -> Held:
         """Hold ``lease``, written with :meth:`stamp` ``stamp`` (not started while stopping)."""
-        h = Held(lease, stamp + self._timing.validity)
+        h = Held(lease, stamp + self._timing.validity, self._chain_of(stamp))
         with self.lock:
             self._held[key] = h
             if self.stopping:  # handed to a leaving member: pass it on, do not process it
@@ -291,14 +349,18 @@ class LeaseHolder:
         return lost
 
     def drop(self, key: str, h: Held) -> None:
-        """Release ``h`` if still held (errors ignored: it expires) and forget it."""
+        """Release ``h`` if still held and forget it (a release that fails is tried again every
+        tick: the lease names this member's live session, so it would never expire)."""
         with h.lock:
             if not h.gone:
                 try:
                     self.table.release(h.lease)
                     self.count("releases")
-                except KinesisHashRingError:
+                except LeaseLostError:
                     pass
+                except KinesisHashRingError:
+                    with self.lock:
+                        self._abandoned.append(h.lease)
                 h.gone = True
         self.forget(key, h)
 
@@ -314,9 +376,22 @@ class LeaseHolder:
     # --- writes (round, writer and processing threads) ------------------------------------
 
     def renew_all(self, pool: WritePool, lost: Callable[[str, Held], None]) -> None:
-        """Renew the session, then every held lease at once on ``pool``; ``lost(key, h)`` for
-        each one lost (not yet forgotten), then re-raise the first unexpected error."""
+        """Renew the session; then write again, at once on ``pool``, every held lease the
+        session chain does not carry to the next tick (one of an earlier chain, or all of them
+        while session renewals fail), and release what was given up; ``lost(key, h)`` for each
+        one lost (not yet forgotten), then re-raise the first unexpected error."""
         self.renew_session()
+        with self.lock:
+            abandoned, self._abandoned = self._abandoned, []
+        for lease in abandoned:
+            try:
+                self.table.release(lease)
+                self.count("releases")
+            except LeaseLostError:
+                pass
+            except KinesisHashRingError:
+                with self.lock:
+                    self._abandoned.append(lease)
         held = self.items()
         gone = pool.run([functools.partial(self.renew, key, h) for key, h in held])
         for (key, h), was_lost in zip(held, gone, strict=True):
@@ -325,65 +400,69 @@ class LeaseHolder:
         raise_first(gone)
 
     def renew(self, key: str, h: Held) -> bool:
-        """Renew one held lease, carrying the hand-off target; True if it was lost."""
+        """Write one held lease again unless the session chain carries it to the next tick
+        (the usual case: nothing to do): as a session lease once the chain carries (a lease of
+        an earlier chain, or renewed by its row), else renewed by its row (its session cannot
+        be renewed); True if it was lost."""
         with h.lock:
             if h.gone:
                 return False
+            now = self._clock()
+            with self.lock:
+                carries = now + self._timing.tick_interval < self._chain_until
+                carried = carries and h.epoch == self._epoch and h.lease.state is LeaseState.ACTIVE_SESSION
+            if carried:
+                return False
             stamp = self.stamp()
-            if not stamp + self._timing.validity - h.valid_until >= self._timing.tick_interval / 2:
-                # nothing to gain: written since the last session renewal, or none since
-                if self._clock() < h.valid_until:
-                    return False
-                log.error("%s: lease %s not renewed in time (no session renewal); dropping it", self._me, key)
-                h.gone = True
-                return True
-            desired = h.handoff.target if h.handoff is not None else None
+            token = uuid.uuid4().hex
             try:
-                if desired == h.lease.pending_handoff:
-                    h.lease = self.table.renew(h.lease, session=self.session)
-                else:
-                    h.lease = self.table.renew(h.lease, pending_handoff=desired, session=self.session)
+                h.lease = self.table.renew(h.lease, session=self.session, leased=carries, token=token,
+                                           prior_token=h.unconfirmed)
                 h.valid_until = stamp + self._timing.validity
+                h.epoch = self._chain_of(stamp)
+                h.unconfirmed = None
                 self.count("renewals")
                 return False
             except LeaseLostError as exc:
                 log.warning("%s: lost lease %s (another member took it): %s", self._me, key, exc)
             except KinesisHashRingError as exc:
+                h.unconfirmed = token
                 self.count("renew_failures")
                 log.warning("%s: could not renew %s: %s", self._me, key, exc)
-                if self._clock() < h.valid_until:
+                if self._valid(h, self._clock()):
                     return False
                 log.error("%s: lease %s not renewed in time; dropping it", self._me, key)
             h.gone = True
             return True
 
     def checkpoint(self, key: str, checkpoint: Checkpoint) -> Lease:
-        """Checkpoint (and so renew) a held lease, fenced by owner + counter; also past
-        ``valid_until``: the write succeeds only if nobody took the lease meanwhile."""
-        return self._write_held(key, "checkpoints",
-                                lambda lease: self.table.checkpoint(lease, checkpoint, session=self.session))
+        """Checkpoint (and so renew) a held lease, fenced by owner + counter; also past its
+        validity: the write succeeds only if nobody took the lease meanwhile."""
+        return self._write_held(key, "checkpoints", lambda lease, token, prior: self.table.checkpoint(
+            lease, checkpoint, session=self.session, leased=self.chain_alive(), token=token, prior_token=prior))
 
     def prepare_checkpoint(self, key: str, checkpoint: Checkpoint) -> Lease:
         """Record a pending checkpoint (two-phase checkpoints), fenced and renewing like
         :meth:`checkpoint`; the next checkpoint clears it."""
-        return self._write_held(
-            key, "checkpoints_prepared",
-            lambda lease: self.table.prepare_checkpoint(lease, checkpoint, session=self.session)
-        )
+        return self._write_held(key, "checkpoints_prepared", lambda lease, token, prior: self.table.prepare_checkpoint(
+            lease, checkpoint, session=self.session, leased=self.chain_alive(), token=token, prior_token=prior))
 
-    def _write_held(self, key: str, counter: str, write: Callable[[Lease], Lease]) -> Lease:
-        """One fenced write of the holder to ``key`` (from any thread); it renews the lease."""
+    def _write_held(self, key: str, counter: str, write: Callable[[Lease, str, str | None], Lease]) -> Lease:
+        """One fenced write of the holder to ``key`` (from any thread); it renews the lease.
+        ``write(lease, token, prior_token)``: a write answered with an error is remembered by
+        its token, so the next one recognises it if it was applied after all."""
         held = self.get(key)
         if held is None:
             raise LeaseLostError(f"{self._me} does not hold lease {key!r}: stop processing it")
         with held.lock:
             if held.gone:
                 raise LeaseLostError(f"{self._me} no longer holds lease {key!r}")
-            if self._clock() >= held.valid_until:  # late: this write renews the session too
+            if not self._valid(held, self._clock()):  # late: this write renews the session too
                 self.refresh_session()
             stamp = self.stamp()
+            token = uuid.uuid4().hex
             try:
-                new = write(held.lease)
+                new = write(held.lease, token, held.unconfirmed)
             except LeaseLostError:
                 held.gone = True
                 with self.lock:
@@ -391,8 +470,13 @@ class LeaseHolder:
                         del self._held[key]
                         self._lost.append(held.lease)
                 raise
+            except KinesisHashRingError:
+                held.unconfirmed = token
+                raise
             held.lease = new
+            held.unconfirmed = None
             held.valid_until = stamp + self._timing.validity
+            held.epoch = self._chain_of(stamp)
             self.count(counter)
             return new
 

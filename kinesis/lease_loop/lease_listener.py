@@ -129,6 +129,7 @@ COUNTER_NAMES = (
     "takeovers",
     "orphans_taken",
     "offers_withdrawn",
+    "recovered",
     "take_conflicts",
     "handoffs_requested",
     "handoffs",

@@ -20,7 +20,9 @@ Lease attributes (camelCase, KCL style):
 ``checkpointOrder``            S    fixed-width sort key of the checkpoint; checkpoint writes
                                     carry ``checkpointOrder <= :new`` in their condition
 ``parents``                    L    parent lease keys / shard ids (strings)
-``leaseState``                 S    ``ACTIVE`` or ``SHARD_END``
+``leaseState``                 S    ``ACTIVE_SESSION`` (held under a session lease, below),
+                                    ``ACTIVE`` (free, offered, or held by a release before 0.2)
+                                    or ``SHARD_END``
 ``pendingHandoffTo``           S    the member a graceful hand-off is being prepared for
 ``handedOffBy``                S    set by the hand-off write: the new owner adopts at once
 ``ownerSwitchesSinceCheckpoint`` N  +1 when the owner changes, 0 after a checkpoint
@@ -39,6 +41,15 @@ Lease attributes (camelCase, KCL style):
 A session row has ``leaseKey`` ``__session__#<member id>``, ``sessionToken`` (S, random per
 start of a coordinator) and ``leaseCounter`` (N, +1 on every renewal; a deleted row starts again
 under a new token).
+
+**Session leases.** A lease a member holds (takes, creates, adopts, checkpoints) names its
+session and says ``leaseState = ACTIVE_SESSION``: it stays valid while that session row is
+renewed, so the row itself is written only when it changes hands or checkpoints (never to
+renew it). The state is also a fence: releases before 0.2 renewed every held row each tick,
+judged expiry by the row alone, and reject a ``leaseState`` they do not know (reported, never
+written), so they can never take a lease held this way, in a fleet that mixes releases (a
+rolling upgrade or a rollback) or not. A hand-off or a release writes ``ACTIVE`` (an offer is
+timed by its row, by every release).
 """
 
 from __future__ import annotations
@@ -87,6 +98,10 @@ SESSION_PREFIX = "__session__#"
 SESSION_TOKEN = "sessionToken"
 PLAN_VERSION = "planVersion"
 """On a session row: the version of the published plan its member plans from (scoped reads)."""
+MEMBERS_VERSION = "membersVersion"
+"""On a session row: the newest version of the member list (a
+:class:`~kinesis.lease_loop.session_membership.SessionMembership`) its publisher told this
+member of; the member reads its renewal's answer and reads the list when it is newer."""
 OFFERS = "offers"
 """On a session row: the keys other members handed off to its member (a string set they add
 to before the hand-off write); its member reads them with every renewal and adopts them
@@ -114,9 +129,10 @@ def check_lease_key(key: object) -> str:
 
 
 class LeaseState(enum.StrEnum):
-    """Lifecycle of a lease."""
+    """Lifecycle of a lease (see the module docs)."""
 
     ACTIVE = "ACTIVE"
+    ACTIVE_SESSION = "ACTIVE_SESSION"
     SHARD_END = "SHARD_END"
 
 
@@ -175,25 +191,29 @@ class SessionRow:
     """The published plan its member plans from (0: none, or not recorded)."""
     offers: frozenset[str] = frozenset()
     """Keys handed off to its member (:data:`OFFERS`)."""
+    members_version: int = 0
+    """The newest member list version it was told of (:data:`MEMBERS_VERSION`; 0: none)."""
+    replayed: bool = field(default=False, compare=False)
+    """A renewal's answer: the renewal found its own earlier attempt applied (that attempt was
+    answered with an error) instead of writing."""
 
 
 @dataclass(frozen=True)
 class SessionCheck:
-    """A take's proof that ``member_id``'s session is still (``token``, ``counter``)."""
+    """What a take timed by ``member_id``'s session relies on, checked by a strongly
+    consistent read of that session row right before the take: the session ``token`` (the one
+    the lease names) is still at ``counter``, or (``counter`` None) that session is gone (the
+    row has another token, or there is none)."""
 
     member_id: str
     token: str
-    counter: int
+    counter: int | None
 
-    def condition_check(self, table_name: str) -> dict[str, Any]:
-        """The ``ConditionCheck`` item of a TransactWriteItems call."""
-        return {
-            "TableName": table_name,
-            "Key": {KEY: {"S": SESSION_PREFIX + self.member_id}},
-            "ConditionExpression": "#tok = :tok AND #c = :c",
-            "ExpressionAttributeNames": {"#tok": SESSION_TOKEN, "#c": COUNTER},
-            "ExpressionAttributeValues": {":tok": {"S": self.token}, ":c": {"N": str(self.counter)}},
-        }
+    def holds(self, row: SessionRow | None) -> bool:
+        """Whether the session row as read now still is what the take was timed by."""
+        if self.counter is None:
+            return row is None or row.token != self.token
+        return row is not None and (row.token, row.counter) == (self.token, self.counter)
 
 
 @dataclass(frozen=True)
@@ -363,7 +383,8 @@ def session_from_item(item: Mapping[str, Any]) -> SessionRow:
         if not isinstance(key, str) or not key.startswith(SESSION_PREFIX) or key == SESSION_PREFIX:
             raise ValueError("not a session row key")
         return SessionRow(key[len(SESSION_PREFIX):], _s(item, SESSION_TOKEN) or "", _n(item, COUNTER),
-                          _advisory_number(item, PLAN_VERSION), _advisory_strings(item, OFFERS))
+                          _advisory_number(item, PLAN_VERSION), _advisory_strings(item, OFFERS),
+                          _advisory_number(item, MEMBERS_VERSION))
     except ValueError as exc:
         raise CorruptLeaseError(str(key), str(exc)) from None
 

@@ -68,6 +68,7 @@ from kinesis.lease_loop.write_rules import (
     check_pending_checkpoint,
     checkpoint_change,
     explain_failure,
+    held_state,
     new_lease,
     num,
     still_held,
@@ -162,10 +163,20 @@ class LeaseTable:
                   ) -> tuple[dict[str, Lease | None], dict[str, SessionRow | None]]:
         """:meth:`get_many` of ``keys`` and, in the same requests, the session rows of
         ``members`` (member -> its row, ``None`` without one)."""
+        leases, sessions, _ = self.read_round(keys, members, (), consistent=consistent)
+        return leases, sessions
+
+    def read_round(self, keys: Iterable[str], members: Iterable[str], raw: Iterable[str], *, consistent: bool = False
+                   ) -> tuple[dict[str, Lease | None], dict[str, SessionRow | None], dict[str, dict[str, Any]]]:
+        """:meth:`read_rows`, and in the same requests the raw items of the reserved rows
+        ``raw`` (those that exist)."""
         wanted = sorted({check_lease_key(k) for k in keys})
         members = sorted(set(members))
-        items = self.get_items([*wanted, *(m.SESSION_PREFIX + member for member in members)], consistent=consistent)
-        return self._reads.leases_of(wanted, items), self._reads.sessions_of(members, items)
+        extra = sorted(set(raw))
+        items = self.get_items([*wanted, *(m.SESSION_PREFIX + member for member in members), *extra],
+                               consistent=consistent)
+        return (self._reads.leases_of(wanted, items), self._reads.sessions_of(members, items),
+                {k: items[k] for k in extra if k in items})
 
     def get_items(self, keys: Iterable[str], *, consistent: bool = False) -> dict[str, dict[str, Any]]:
         """The raw items of ``keys`` that exist (BatchGetItem, 100 keys a request, unprocessed
@@ -215,6 +226,10 @@ class LeaseTable:
         """Whether ``member_id`` has a session row (it runs, or ran lately): one consistent read."""
         return bool(self.get_items([m.SESSION_PREFIX + member_id], consistent=True))
 
+    def tell_members_version(self, member_id: str, version: int) -> bool:
+        """Tell ``member_id`` (on its session row) that the member list moved to ``version``."""
+        return self._sessions.tell_members_version(member_id, version)
+
     def offer(self, member_id: str, key: str) -> bool:
         """Add ``key`` to ``member_id``'s session row's offers before handing it off to it;
         False if that member has no session row (the hand-off is then not made)."""
@@ -241,7 +256,7 @@ class LeaseTable:
         Returns the created lease, or ``None`` if a row (possibly corrupt) already exists.
         """
         token = uuid.uuid4().hex
-        lease = new_lease(key, parents, checkpoint, owner, token).evolve(session=session if owner else None)
+        lease = new_lease(key, parents, checkpoint, owner, token, session)
         try:
             self._calls.write(
                 "put_item",
@@ -259,17 +274,24 @@ class LeaseTable:
         """Take ``lease`` (free, expired, orphaned, or from an earlier incarnation of ``owner``)
         under ``owner``'s ``session`` token (None: none recorded).
 
-        Conditional on the owner and counter in ``lease`` and, with ``check``, on the holder's
-        session row (one transaction); returns ``None`` if the row or the session moved.
+        Conditional on the owner and counter in ``lease``; with ``check`` (a take timed by the
+        holder's session), a strongly consistent read of that session row first must still
+        show what was timed. Returns ``None`` if the row or the session moved. (No transaction
+        is needed: a holder whose session renewal is answered only after its leases ran out
+        writes each lease again before it processes it, and one of the two writes fails; see
+        :mod:`~kinesis.lease_loop.holder`.)
         """
         check_member(owner)
+        if check is not None and not check.holds(self.read_rows((), [check.member_id], consistent=True)[1][
+                check.member_id]):
+            return None
         token = uuid.uuid4().hex
         switches = lease.owner_switches_since_checkpoint
         if lease.owner is not None and lease.owner != owner:
             switches += 1
         condition, values = unchanged_since(lease)
         set_ = {m.OWNER: {"S": owner}, m.COUNTER: num(lease.counter + 1), m.OWNER_SWITCHES: num(switches),
-                m.WRITE_TOKEN: {"S": token}}
+                m.WRITE_TOKEN: {"S": token}, m.STATE: {"S": held_state(lease.checkpoint, session).value}}
         remove = [m.PENDING_HANDOFF, m.HANDED_OFF_BY]
         if session is not None:
             set_.update(m.session_attributes(session, lease.counter + 1))
@@ -277,18 +299,17 @@ class LeaseTable:
             remove += m.SESSION_ATTRIBUTES
         try:
             item = self._calls.update(lease.key, set_=set_, remove=remove, condition=condition, values=values,
-                                      token=token, check=None if check is None else check.condition_check(self.table_name))
+                                      token=token)
         except ConditionFailed:
             return None
-        if item:
-            return m.lease_from_item(item)
-        return lease.evolve(owner=owner, counter=lease.counter + 1, owner_switches_since_checkpoint=switches,
-                            write_token=token, pending_handoff=None, handed_off_by=None, session=session)
+        return m.lease_from_item(item)
 
-    def renew(self, lease: Lease, *, pending_handoff: str | None = _KEEP, session: str | None = None) -> Lease:
-        """Bump the counter (heartbeat of the holder); optionally set/clear ``pendingHandoffTo``.
-        ``session``: the holder's session token, recorded with this write (as every holder
-        write of a :class:`~kinesis.lease_loop.coordinator.LeaseCoordinator` does)."""
+    def renew(self, lease: Lease, *, pending_handoff: str | None = _KEEP, session: str | None = None,
+              leased: bool = True, token: str | None = None, prior_token: str | None = None) -> Lease:
+        """Bump the counter (the holder confirms it still holds the lease); optionally set or
+        clear ``pendingHandoffTo``. ``session``: the holder's session token, recorded with this
+        write (as every holder write of a :class:`~kinesis.lease_loop.coordinator.LeaseCoordinator`
+        does); ``leased``, ``token``, ``prior_token``: see :meth:`_fenced`."""
         set_: dict[str, Any] = {}
         remove: list[str] = []
         if pending_handoff is None:
@@ -296,7 +317,8 @@ class LeaseTable:
         elif pending_handoff is not _KEEP:
             check_member(pending_handoff)
             set_[m.PENDING_HANDOFF] = {"S": pending_handoff}
-        return self._fenced(lease, "renew", set_, remove, session=session)
+        return self._fenced(lease, "renew", set_, remove, session=session, leased=leased, token=token,
+                            prior_token=prior_token)
 
     def adopt(self, lease: Lease, *, session: str | None = None) -> Lease:
         """Accept a lease handed off to ``lease.owner`` (under its ``session`` token, if given):
@@ -317,29 +339,34 @@ class LeaseTable:
         if to == lease.owner:
             raise ConfigurationError(f"cannot hand lease {lease.key!r} off to its own owner {to!r}")
         switches = lease.owner_switches_since_checkpoint + 1
-        set_ = {m.OWNER: {"S": to}, m.HANDED_OFF_BY: {"S": lease.owner or ""}, m.OWNER_SWITCHES: num(switches)}
+        set_ = {m.OWNER: {"S": to}, m.HANDED_OFF_BY: {"S": lease.owner or ""}, m.OWNER_SWITCHES: num(switches),
+                m.STATE: {"S": held_state(lease.checkpoint, None).value}}  # an offer: timed by its row
         return self._fenced(lease, "hand off", set_, [m.PENDING_HANDOFF, *m.SESSION_ATTRIBUTES])
 
     def release(self, lease: Lease) -> Lease:
         """Give the lease up (evict): the row stays with its checkpoint and no owner."""
-        return self._fenced(lease, "release", {},
+        return self._fenced(lease, "release", {m.STATE: {"S": held_state(lease.checkpoint, None).value}},
                             [m.OWNER, m.PENDING_HANDOFF, m.HANDED_OFF_BY, *m.SESSION_ATTRIBUTES])
 
     evict = release
     """KCL's name for :meth:`release`."""
 
-    def checkpoint(self, lease: Lease, checkpoint: Checkpoint | str, *, session: str | None = None) -> Lease:
+    def checkpoint(self, lease: Lease, checkpoint: Checkpoint | str, *, session: str | None = None,
+                   leased: bool = True, token: str | None = None, prior_token: str | None = None) -> Lease:
         """Record progress; fenced by owner + counter and by ``checkpointOrder <= new``.
 
         Raises :class:`LeaseLostError` if the lease moved, :class:`CheckpointRegressionError`
         if ``checkpoint`` is behind the stored one. :data:`SHARD_END` also sets the state.
+        ``leased``, ``token``, ``prior_token``: see :meth:`_fenced`.
         """
         cp = Checkpoint.of(checkpoint)
-        attrs, remove = checkpoint_change(lease, cp)
-        return self._fenced(lease, "checkpoint", attrs, remove, new_checkpoint=cp, session=session)
+        attrs, remove = checkpoint_change(lease, cp, session if leased else None)
+        return self._fenced(lease, "checkpoint", attrs, remove, new_checkpoint=cp, session=session, leased=leased,
+                            token=token, prior_token=prior_token)
 
     def prepare_checkpoint(self, lease: Lease, checkpoint: Checkpoint | str, *,
-                           session: str | None = None) -> Lease:
+                           session: str | None = None, leased: bool = True, token: str | None = None,
+                           prior_token: str | None = None) -> Lease:
         """Record a pending checkpoint (the first phase of a two-phase checkpoint).
 
         Fenced like :meth:`checkpoint` (owner + counter, and ``checkpointOrder <= new``: a
@@ -350,7 +377,8 @@ class LeaseTable:
         cp = Checkpoint.of(checkpoint)
         check_pending_checkpoint(lease, cp)
         attrs = m.pending_checkpoint_attributes(cp)
-        return self._fenced(lease, "prepare a checkpoint on", attrs, [], new_checkpoint=cp, session=session)
+        return self._fenced(lease, "prepare a checkpoint on", attrs, [], new_checkpoint=cp, session=session,
+                            leased=leased, token=token, prior_token=prior_token)
 
     def mark_shard_end(self, lease: Lease) -> Lease:
         """Checkpoint :data:`SHARD_END`: the shard was fully processed."""
@@ -370,21 +398,40 @@ class LeaseTable:
         *,
         new_checkpoint: Checkpoint | None = None,
         session: str | None = None,
+        leased: bool = True,
+        token: str | None = None,
+        prior_token: str | None = None,
     ) -> Lease:
         """A write by the holder, conditional on owner and counter (and, writing the checkpoint
         or a pending one ``new_checkpoint``, on ``checkpointOrder <= new``); bumps the counter
-        and records the holder's ``session`` token with it, if given."""
+        and records the holder's ``session`` token with it, if given, and then (unless a
+        :data:`SHARD_END` checkpoint or a hand-off sets another state) ``ACTIVE_SESSION`` (a
+        session lease), or with ``leased=False`` ``ACTIVE`` (a row its holder renews itself,
+        while its session cannot be renewed).
+
+        ``token``: this write's ``writeToken`` (default: a fresh one). ``prior_token``: the
+        token of this holder's last write of the lease that was answered with an error after
+        its retries: if the condition fails on a row carrying it, that write was applied after
+        all, and this one is made again on top of it (so an ambiguous write is never taken
+        for a lost lease)."""
         if lease.owner is None:
             raise LeaseLostError(f"cannot {what} lease {lease.key!r}: it has no owner (take it first)")
-        token = uuid.uuid4().hex
+        token = token or uuid.uuid4().hex
         condition, values = still_held(lease, new_checkpoint)
         full_set = {m.COUNTER: num(lease.counter + 1), m.WRITE_TOKEN: {"S": token}, **set_}
         if session is not None:
             full_set.update(m.session_attributes(session, lease.counter + 1))
+            full_set.setdefault(m.STATE, {"S": held_state(lease.checkpoint, session if leased else None).value})
         try:
             item = self._calls.update(
                 lease.key, set_=full_set, remove=remove, condition=condition, values=values, token=token
             )
         except ConditionFailed as failed:
+            current = failed.current
+            if prior_token and current is not None and current.get(m.WRITE_TOKEN, {}).get("S") == prior_token:
+                earlier = m.lease_from_item(current)
+                if earlier.owner == lease.owner:  # our own earlier write, applied after all
+                    return self._fenced(earlier, what, set_, remove, new_checkpoint=new_checkpoint,
+                                        session=session, leased=leased, token=uuid.uuid4().hex)
             raise explain_failure(lease, what, failed.current, new_checkpoint) from None
         return m.lease_from_item(item)

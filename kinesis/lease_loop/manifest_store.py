@@ -226,6 +226,11 @@ class ManifestStore:
             ) from None
         return new
 
+    def head_of(self, item: dict[str, Any]) -> ManifestHead:
+        """The head row ``item`` as read elsewhere (say in a batch with other rows); raises
+        :class:`ManifestCorruptError` if it cannot be parsed."""
+        return self._parse_head(item)
+
     def _parse_head(self, item: dict[str, Any]) -> ManifestHead:
         try:
             return ManifestHead(

@@ -3,7 +3,9 @@
 Read once per round (an unreadable list is counted and logged: that round only renews); a
 new membership version gives every suspect another chance. With a driven
 :class:`~kinesis.lease_loop.membership.DynamoDBMembership` (heartbeat rows in the lease
-table) it is heartbeated once per tick and fed each scan, so it costs no extra reads.
+table) it is heartbeated once per tick and fed each scan, so it costs no extra reads; a
+:class:`~kinesis.lease_loop.session_membership.SessionMembership` member joins at each tick
+it finds itself unlisted, and the round reads its head with the sessions it samples.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from kinesis.errors import DuplicateMemberIdError, KinesisHashRingError
 from kinesis.lease_loop.clock import Clock
 from kinesis.lease_loop.lease_model import TableSnapshot
 from kinesis.lease_loop.membership import DynamoDBMembership
+from kinesis.lease_loop.session_membership import SessionMembership
 
 log = logging.getLogger("kinesis.lease_loop.coordinator")  # the lease loop logs as the coordinator
 
@@ -58,8 +61,22 @@ class MemberList:
         except MembershipError:
             return None
 
+    @property
+    def session_membership(self) -> SessionMembership | None:
+        """The membership, if it is the members document of this lease table."""
+        return self._membership if isinstance(self._membership, SessionMembership) else None
+
     def heartbeat(self) -> None:
-        """Heartbeat a driven membership (errors counted; a duplicate id is logged by it)."""
+        """Heartbeat a driven membership (errors counted; a duplicate id is logged by it); a
+        member of a :class:`SessionMembership` that is not listed joins (its session row was
+        renewed just before)."""
+        joining = self.session_membership
+        if joining is not None and not joining.listed:
+            try:
+                joining.join()
+            except KinesisHashRingError as exc:
+                self._count("membership_errors")
+                log.warning("%s: could not join the member list: %s", self._me, exc)
         if self._drive is None:
             return
         try:

@@ -56,19 +56,36 @@ class Observations:
         are kept (a scan passes every row and ``partial=False``)."""
         active: set[str] = set()
         for member, row in rows.items():
-            old = self.sessions.get(member)
-            if row is None:
-                self.sessions.pop(member, None)
-            elif old is None or (old.token, old.counter) != (row.token, row.counter):
-                self.sessions[member] = SessionSeen(row.token, row.counter, now, now)
-                if old is not None:
-                    active.add(member)
-            else:
-                self.sessions[member] = replace(old, read_at=now)
+            self._observe_session(member, row, now, active)
         if not partial:
             for member in [m for m in self.sessions if m not in rows]:
-                del self.sessions[member]
+                self._observe_session(member, None, now, active)
         return frozenset(active)
+
+    def _observe_session(self, member: str, row: SessionRow | None, now: float, active: set[str]) -> None:
+        """One session row read at ``now`` (None: there is none: a tombstone keeps since when,
+        so the leases of a session that is gone are timed from then)."""
+        old = self.sessions.get(member)
+        if row is None:
+            if old is None or old.token is not None:
+                self.sessions[member] = SessionSeen(None, -1, now, now, now)
+            else:
+                self.sessions[member] = replace(old, read_at=now)
+        elif old is None or old.token != row.token:
+            self.sessions[member] = SessionSeen(row.token, row.counter, now, now, now)
+            if old is not None and old.token is not None:
+                active.add(member)  # a new session: it (re)started
+        elif old.counter != row.counter:
+            self.sessions[member] = replace(old, counter=row.counter, since=now, read_at=now)
+            active.add(member)
+        else:
+            self.sessions[member] = replace(old, read_at=now)
+
+    def forget_tombstones(self, keep: frozenset[str]) -> None:
+        """Forget the absent sessions of members no row names any more (but ``keep``'s)."""
+        owners = {s.owner for s in self.seen.values()}
+        for member in [m for m, s in self.sessions.items() if s.token is None and m not in owners and m not in keep]:
+            del self.sessions[member]
 
     def behind(self, rows: Mapping[str, Lease | None], sessions: Mapping[str, SessionRow | None]
                ) -> tuple[list[str], list[str]]:
@@ -80,7 +97,7 @@ class Observations:
         keys = [k for k, lease in rows.items() if lease is not None and (s := self.seen.get(k)) is not None
                 and s.counter is not None and lease.counter < s.counter]
         members = [m for m, row in sessions.items() if row is not None and (s2 := self.sessions.get(m)) is not None
-                   and s2.token == row.token and row.counter < s2.counter]
+                   and s2.token is not None and s2.token == row.token and row.counter < s2.counter]
         return keys, members
 
     def timers(self, rows: Mapping[str, Lease], keys: Iterable[str]) -> dict[str, Seen]:

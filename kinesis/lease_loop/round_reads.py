@@ -22,10 +22,12 @@ list gives none (the round then only renews). Used by the round only, under the 
 from __future__ import annotations
 
 import logging
+import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 
 from hashring import Assignment
+from kinesis.errors import KinesisHashRingError
 from kinesis.lease_loop.clock import Clock
 from kinesis.lease_loop.coordinator_settings import CoordinatorSettings
 from kinesis.lease_loop.decisions import Snapshot, stale_sessions
@@ -37,8 +39,12 @@ from kinesis.lease_loop.planner import Planner
 from kinesis.lease_loop.resource_keys import ResourceKeys
 from kinesis.lease_loop.round_record import RoundRecord
 from kinesis.lease_loop.scoped_reads import ScopedReads
+from kinesis.lease_loop.session_membership import SessionMembership
 
 log = logging.getLogger("kinesis.lease_loop.coordinator")  # the lease loop logs as the coordinator
+
+PLAN_RECHECK = 30
+"""Lease durations between two backstop reads of the published plan's head (one small read)."""
 
 
 @dataclass(frozen=True)
@@ -77,6 +83,7 @@ class RoundReads:
         """The plan of the last round that read the member list (None: no plan could be made)."""
         self.last_full: TableSnapshot | None = None
         """The last full scan."""
+        self._next_head_read = -math.inf  # SessionMembership: the next backstop read of its head
 
     def read(self, *, full: bool) -> RoundView | None:
         """This round's view; None if the member list is unreadable. ``full``: a tick."""
@@ -92,6 +99,7 @@ class RoundReads:
         now = self._clock()
         self._obs.observe_sessions(snapshot.sessions, now, partial=False)  # timers only: rows tell who writes
         active = self._obs.observe(snapshot.leases, now)
+        self._obs.forget_tombstones(frozenset())
         self._obs.present(snapshot.sessions)
         listed = self._read_members()
         if listed is None:
@@ -129,8 +137,17 @@ class RoundReads:
             tick_interval=timing.tick_interval, lease_duration=timing.lease_duration)
         inbox = self._holder.inbox() - held  # offers to this member, whatever its plan says
         wanted |= inbox | set(self._holder.offered())  # and its own offers, until adopted
-        rows, sessions = self._holder.table.read_rows(wanted, watched) if wanted or watched else ({}, {})
+        # the sessions the rows it reads name (as last seen): under session leases a lease is
+        # expired only if its holder's session is too, judged from a read of this round
+        watched |= {s.owner for k in wanted if (s := self._obs.seen.get(k)) is not None
+                    and s.session is not None and s.owner is not None and s.owner != self._me}
+        session_list = self._members.session_membership
+        raw_keys = [session_list.head_key] if session_list is not None and self._head_due(session_list, now) else []
+        rows, sessions, raw = (self._holder.table.read_round(wanted, watched, raw_keys)
+                               if wanted or watched or raw_keys else ({}, {}, {}))
         rows, sessions = self._fresh(rows, sessions)
+        if session_list is not None and raw_keys:
+            session_list.observe_head(raw.get(session_list.head_key))
         if rows or sessions or held:
             self._record.table_read()
         self._follow_plan((r for r in sessions.values() if r is not None), listed, now, full=full, ready=ready)
@@ -140,10 +157,15 @@ class RoundReads:
         active |= self._obs.observe(found, now, partial=True, by_session=True)
         self._obs.present(m for m, row in sessions.items() if row is not None)
         self._scoped.alive(active)
+        self._remove_dead(sessions, listed, now)
+        for holder in self._scoped.settle_departed({k: v.owner if v is not None else None for k, v in rows.items()}):
+            self._delete_session(holder, listed)
         self._resolve_offers(found, set(rows))
         planned = plan.owners if plan is not None else {}
         to_take = sorted(k for k in wanted if k in planned)
-        snap = self._snapshot(now, found, to_take)
+        snap = replace(self._snapshot(now, found, to_take),
+                       inherited={k: v.owner for k, v in found.items()
+                                  if v.owner in self._scoped.departed and k in self._scoped.departed[v.owner]})
         self._obs.suspect(snap, active)
         return replace(self._view(snap, plan, keys, to_take, ready), inbox=frozenset(inbox & set(rows)))
 
@@ -175,14 +197,56 @@ class RoundReads:
         published = self._planner.published
         published.heard(max((r.plan_version for r in sessions), default=0))
         self._planner.follow(listed, now, full=full, ready=ready, tick_interval=self._s.timing.tick_interval,
-                             recheck_interval=self._s.sweep_interval)
+                             recheck_interval=min(self._s.sweep_interval, PLAN_RECHECK * self._s.timing.lease_duration))
         self._holder.plan_version = published.version
+
+    def _head_due(self, session_list: SessionMembership, now: float) -> bool:
+        """Whether this round reads the member list's head with its rows: while not listed,
+        and every ``backup_check_interval`` (a backstop); when its session row told of a newer
+        version, the head is read at once, strongly consistent."""
+        if self._holder.members_version > session_list.known_version:
+            try:
+                session_list.refresh()
+            except KinesisHashRingError as exc:
+                log.warning("%s: could not read the member list: %s", self._me, exc)
+        if not session_list.listed or now >= self._next_head_read:
+            self._next_head_read = now + self._s.backup_check_interval
+            return True
+        return False
+
+    def _remove_dead(self, sessions: Mapping[str, SessionRow | None], listed: list[str], now: float) -> None:
+        """With a :class:`SessionMembership`: a listed member whose session row (read this round)
+        has not changed for a lease duration is dead: this member, which watches it, removes it
+        from the member list."""
+        session_list = self._members.session_membership
+        if session_list is None:
+            return
+        duration = self._s.timing.lease_duration
+        for member in sessions:
+            seen = self._obs.sessions.get(member)
+            if member != self._me and member in listed and seen is not None and now - seen.since >= duration:
+                try:
+                    session_list.remove(member, retry_after=duration)
+                except KinesisHashRingError as exc:
+                    log.warning("%s: could not remove %s from the member list: %s", self._me, member, exc)
+
+    def _delete_session(self, member: str, listed: list[str]) -> None:
+        """A departed member's leases have all moved: delete its session row (conditional on
+        the one timed: a run that came back keeps its row), so no row is left behind."""
+        seen = self._obs.sessions.get(member)
+        if member in listed or seen is None or seen.token is None:
+            return
+        try:
+            if self._holder.table.delete_session(member, seen.token, seen.counter):
+                log.info("%s: deleted the session row of %s (it left, its leases moved)", self._me, member)
+        except KinesisHashRingError as exc:
+            log.warning("%s: could not delete the session row of %s: %s", self._me, member, exc)
 
     def _delete_stale_sessions(self, snapshot: TableSnapshot, listed: list[str], now: float) -> None:
         """The session chore (:func:`~kinesis.lease_loop.decisions.stale_sessions`) after a full read."""
         for member, seen in stale_sessions(self._obs.sessions, snapshot.leases, listed, self._me, now,
                                            self._s.timing.lease_duration):
-            if self._holder.table.delete_session(member, seen.token, seen.counter):
+            if seen.token is not None and self._holder.table.delete_session(member, seen.token, seen.counter):
                 log.info("%s: deleted the stale session row of %s", self._me, member)
 
     def _read_members(self) -> list[str] | None:
@@ -212,6 +276,7 @@ class RoundReads:
         return Snapshot(now=now, me=self._me, timing=self._s.timing, rows=rows,
                         seen=self._obs.timers(rows, to_take), sessions=self._obs.sessions,
                         held=self._holder.keys(), offered=offered, absent=self._obs.absent_now(now),
+                        session=self._holder.session, session_since=self._holder.session_since,
                         suspicions=self._obs.suspicions, max_concurrent_handoffs=self._s.max_concurrent_handoffs)
 
     def _view(self, snap: Snapshot, plan: Assignment | None, keys: list[str], to_take: Sequence[str],

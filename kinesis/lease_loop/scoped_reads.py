@@ -26,10 +26,14 @@ reads:
   for a tick (or has none) is *stalled*, and
   from then on its session and all its rows backed up here are read every round; their
   expiry is timed from the first sight of its last session renewal (a lease naming that
-  session is as old as the session: :func:`~kinesis.lease_loop.decisions.session_timer`);
+  session is as old as the session: :func:`~kinesis.lease_loop.decisions.unchanged_since`);
   any change of its session or of one of its rows ends that; at the same checks, the session
   row of its predecessor in the sorted member list even if it backs up nothing of it (the
-  plan version it records: :mod:`.published_plan`).
+  plan version it records: :mod:`.published_plan`);
+* a stalled holder it watched that then left the member list (*departed*): its session and
+  the rows it watched for it, every round, until those leases moved: it goes on timing them
+  and takes them once expired, whoever the new plan names (then hands them on), so a list
+  change that lands before the expiry does not restart the timing.
 
 It also keeps the mode's timing: when backups are checked (every tick while a new plan
 settles) and when this member sweeps (scans) the table. The coordinator does the reading
@@ -69,6 +73,10 @@ class ScopedReads:
     def __init__(self, member_id: str):
         self.member_id = member_id
         self.stalled: set[str] = set()
+        self.departed: dict[str, frozenset[str]] = {}
+        """Stalled holders this member watched that left the member list -> the keys it
+        watched for them: it goes on timing them and takes those leases once expired (then
+        hands them to their planned owners), so a list change does not restart the timing."""
         self._index: tuple[Assignment, PlanIndex] | None = None
         self._members: tuple[str, ...] = ()
         self._keys: tuple[list[str], tuple[str, ...]] | None = None
@@ -115,7 +123,9 @@ class ScopedReads:
         index = self.index(plan)
         held = set(held)
         wanted = {k for k in index.primary if k not in held}
-        sessions: set[str] = set()
+        sessions: set[str] = set(self.departed)  # every round, until their leases moved
+        for keys in self.departed.values():
+            wanted.update(k for k in keys if k not in held and k in index.planned)
         for holder, backed in index.backed_up.items():
             if holder in self.stalled:  # every round, so their expiry is seen when it comes
                 wanted.update(k for k in backed if k not in held)
@@ -211,6 +221,30 @@ class ScopedReads:
             self._plan_changed_at = now
             if plan is not None:
                 self.plan_changed(old, plan)
+            if old is not None and plan is not None:
+                self._keep_watching(old, plan)
+
+    def _keep_watching(self, old: Assignment, new: Assignment) -> None:
+        """The stalled holders watched under ``old`` that ``new`` leaves out become departed."""
+        members = set(new.members)
+        watched = self.index(old).backed_up
+        for holder, keys in watched.items():
+            if holder in self.stalled and holder not in members:
+                self.departed[holder] = self.departed.get(holder, frozenset()) | frozenset(keys)
+        for holder in [h for h in self.departed if h in members]:
+            del self.departed[holder]  # listed again: watched by the plan as anyone
+
+    def departed_keys(self) -> frozenset[str]:
+        """The keys of departed holders this member still watches."""
+        return frozenset(k for keys in self.departed.values() for k in keys)
+
+    def settle_departed(self, owners: Mapping[str, str | None]) -> list[str]:
+        """Forget departed holders that hold none of their watched keys any more (``owners``:
+        the owner of each such key as read this round; keys not read are kept); those forgotten."""
+        settled = [h for h, keys in self.departed.items() if all(k in owners and owners[k] != h for k in keys)]
+        for holder in settled:
+            del self.departed[holder]
+        return settled
 
     def backups_due(self, now: float, *, interval: float, tick_interval: float, lease_duration: float) -> bool:
         """Whether this round samples the watched members: every ``interval``, every tick while

@@ -17,6 +17,7 @@ current token is timed by its own row, as before.
 from __future__ import annotations
 
 import uuid
+from dataclasses import replace
 from typing import Any
 
 from kinesis.errors import DuplicateMemberIdError
@@ -76,7 +77,7 @@ class SessionRows:
                 # no session row) meanwhile: start a new session (a token never comes back)
                 return self.renew(member_id, uuid.uuid4().hex, None, plan_version=plan_version)
             if other == token and current.get(m.COUNTER, {}).get("N") == str(previous + 1):
-                return m.session_from_item(current)  # a retried write that had succeeded
+                return replace(m.session_from_item(current), replayed=True)  # an earlier attempt was applied
             raise DuplicateMemberIdError(
                 f"member id {member_id!r} has a session in another process (token {other}, this "
                 f"one {token}): every member needs a unique id (e.g. the pod name); this process "
@@ -96,6 +97,22 @@ class SessionRows:
                 ConditionExpression="attribute_exists(#tok)",
                 ExpressionAttributeNames={"#offers": m.OFFERS, "#tok": m.SESSION_TOKEN},
                 ExpressionAttributeValues={":k": {"SS": [key]}},
+            )
+        except ConditionFailed:
+            return False
+        return True
+
+    def tell_members_version(self, member_id: str, version: int) -> bool:
+        """Record on ``member_id``'s session row that the member list moved to ``version``
+        (its next renewal reads it); False if it has no session row or knows a newer one."""
+        try:
+            self.calls.write(
+                "update_item", None,
+                Key={m.KEY: {"S": m.SESSION_PREFIX + member_id}},
+                UpdateExpression="SET #mv = :v",
+                ConditionExpression="attribute_exists(#tok) AND (attribute_not_exists(#mv) OR #mv < :v)",
+                ExpressionAttributeNames={"#mv": m.MEMBERS_VERSION, "#tok": m.SESSION_TOKEN},
+                ExpressionAttributeValues={":v": num(version)},
             )
         except ConditionFailed:
             return False

@@ -140,15 +140,11 @@ class TableCalls:
         condition: str,
         values: Mapping[str, Any],
         token: str,
-        check: Mapping[str, Any] | None = None,
         delete: Mapping[str, Any] | None = None,
     ) -> dict[str, Any]:
         """A conditional UpdateItem of row ``key`` (SET ``set_``, REMOVE ``remove``, DELETE the
-        elements of ``delete``'s sets from its attributes): the new
-        row. With ``check`` (a ``ConditionCheck`` item), the update goes in one
-        TransactWriteItems call with it and returns ``{}``; either condition failing (or
-        another transaction on the same rows, or an earlier attempt of this one, being in
-        progress) raises :class:`ConditionFailed` unless the row carries ``token``."""
+        elements of ``delete``'s sets from its attributes): the new row; raises
+        :class:`ConditionFailed` unless the row carries ``token`` after a retry (our own write)."""
         expr, names = update_expression(set_, remove, condition)
         extra: dict[str, Any] = {}
         if delete:
@@ -163,19 +159,7 @@ class TableCalls:
             "ExpressionAttributeNames": names,
             "ExpressionAttributeValues": {**values, **{f":s{i}": v for i, v in enumerate(set_.values())}, **extra},
         }
-        if check is None:
-            return self.write("update_item", token, **request, ReturnValues="ALL_NEW")
-        s = self.settings
-        items = [{"ConditionCheck": dict(check)}, {"Update": {"TableName": s.table_name, **request}}]
-        try:
-            self.retrying(lambda: s.client.transact_write_items(TransactItems=items, ClientRequestToken=token))
-        except botocore.exceptions.ClientError as exc:
-            if error_code(exc) not in ("TransactionCanceledException", "TransactionInProgressException"):
-                raise
-            current = self.get_item(key)
-            if current is None or current.get(m.WRITE_TOKEN, {}).get("S") != token:
-                raise ConditionFailed(current) from None
-        return {}  # applied (by this attempt or an earlier one)
+        return self.write("update_item", token, **request, ReturnValues="ALL_NEW")
 
     def delete(self, key: str, *, condition: str, values: Mapping[str, Any]) -> bool:
         """A conditional DeleteItem of row ``key`` (``#name`` placeholders of

@@ -70,10 +70,19 @@ def still_held(lease: Lease, new_checkpoint: Checkpoint | None) -> tuple[str, di
     return condition, values
 
 
+def held_state(cp: Checkpoint, session: str | None) -> LeaseState:
+    """The ``leaseState`` a write by a holder leaves: SHARD_END at the shard's end, else
+    ACTIVE_SESSION under a session lease (``session``: the holder's token) or ACTIVE."""
+    if cp.is_shard_end:
+        return LeaseState.SHARD_END
+    return LeaseState.ACTIVE_SESSION if session is not None else LeaseState.ACTIVE
+
+
 def new_lease(
-    key: str, parents: Iterable[str], checkpoint: Checkpoint | str, owner: str | None, token: str
+    key: str, parents: Iterable[str], checkpoint: Checkpoint | str, owner: str | None, token: str,
+    session: str | None = None,
 ) -> Lease:
-    """The row that creates lease ``key`` (held by ``owner`` at once, if given)."""
+    """The row that creates lease ``key`` (held by ``owner`` under ``session`` at once, if given)."""
     check_lease_key(key)
     parents_t = tuple(parents)
     if any(not isinstance(p, str) or not p for p in parents_t):
@@ -85,13 +94,15 @@ def new_lease(
         counter=1 if owner is not None else 0,
         checkpoint=cp,
         parents=parents_t,
-        state=LeaseState.SHARD_END if cp.is_shard_end else LeaseState.ACTIVE,
+        state=held_state(cp, session if owner is not None else None),
         write_token=token,
+        session=session if owner is not None else None,
     )
 
 
-def checkpoint_change(lease: Lease, cp: Checkpoint) -> tuple[dict[str, Any], list[str]]:
-    """The attributes a checkpoint to ``cp`` sets and removes; refuses one behind ``lease``'s."""
+def checkpoint_change(lease: Lease, cp: Checkpoint, session: str | None = None) -> tuple[dict[str, Any], list[str]]:
+    """The attributes a checkpoint to ``cp`` by the holder (under ``session``) sets and
+    removes; refuses one behind ``lease``'s."""
     if cp < lease.checkpoint:
         raise CheckpointRegressionError(
             f"checkpoint {cp} for lease {lease.key!r} is behind the stored {lease.checkpoint}: "
@@ -99,7 +110,7 @@ def checkpoint_change(lease: Lease, cp: Checkpoint) -> tuple[dict[str, Any], lis
         )
     attrs: dict[str, Any] = dict(m.checkpoint_attributes(cp))
     attrs[m.OWNER_SWITCHES] = num(0)
-    attrs[m.STATE] = {"S": (LeaseState.SHARD_END if cp.is_shard_end else LeaseState.ACTIVE).value}
+    attrs[m.STATE] = {"S": held_state(cp, session).value}
     remove = [m.PENDING_CHECKPOINT, m.PENDING_SUB_SEQUENCE]  # a checkpoint supersedes it
     if cp.timestamp is None:
         remove.append(m.CHECKPOINT_TS)
