@@ -14,14 +14,18 @@ per stream and lets everyone else read one small row:
   ``__chore__/shards/<application>/<stream>`` (rendezvous over the sorted member list, plus
   ``replicas`` backups) claims a head that has no owner or whose owner left the member list;
   any of them claims a head whose counter did not move for ``lease_duration`` on its own clock
-  (a dead owner, still listed), so the chore moves within a lease duration and a tick. Every
-  head write is conditional on the counter read, so two members never both publish.
+  (a dead owner, still listed), so the chore moves within a lease duration and a tick; and any
+  other member claims a head (or the absence of one) that did not move for ``orphan_timeout``,
+  so a chore whose candidates are listed but never run (older builds during a rolling upgrade,
+  dead pods) reaches a running member within ``orphan_timeout + poll_interval``. Every head
+  write is conditional on the counter read, so two members never both publish.
 * **Everyone** reads the head every ``poll_interval`` (the chore's candidates every tick) and
   the chunks only when its version moves. A new version takes effect ``poll_interval`` after it
-  was published (the publisher's wall clock, carried in the payload), so every member plans
-  with the same key set at about the same moment and no hand-off goes to a member that does
-  not plan the key yet. Children of a finished shard are therefore planned within a tick plus
-  ``poll_interval`` (default ``shard_sync_interval / 2``).
+  was published, so every member plans with the same key set at about the same moment. Its
+  age is told by the head's counter (the owner adds one every tick; the version records the
+  counter it was published with) on the reader's own monotonic clock: no wall clock is
+  compared between hosts. Children of a finished shard are therefore planned within a tick
+  plus ``poll_interval`` (default ``shard_sync_interval / 2``).
 
 Reads per member: one head row per ``poll_interval`` and the manifest's chunks once per
 version; ListShards: one caller per stream instead of every member.
@@ -31,8 +35,7 @@ from __future__ import annotations
 
 import json
 import logging
-import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
 from hashring import Membership, chore_owners
@@ -40,7 +43,7 @@ from hashring.errors import HashRingError
 from kinesis.consumer.shard_sync import ShardSync
 from kinesis.consumer.shards import Shard, ShardDiscovery, ready_shards, shard_order
 from kinesis.consumer.worker_config import StreamConfig, WorkerConfig
-from kinesis.errors import ConfigurationError, KinesisHashRingError
+from kinesis.errors import ConfigurationError, CorruptLeaseError, KinesisHashRingError
 from kinesis.lease_loop.clock import MONOTONIC, Clock
 from kinesis.lease_loop.lease_model import TableSnapshot
 from kinesis.lease_loop.leases import LeaseTable
@@ -57,13 +60,15 @@ class ShardManifest:
 
     shards: tuple[Shard, ...]
     finished: frozenset[str]
-    published_at: float = 0.0
-    """The publisher's wall clock (seconds since the epoch)."""
+    published_counter: int | None = None
+    """The head's counter this version was published with (the chore owner adds one every
+    tick: a reader tells the version's age from the head's counter, on no wall clock);
+    None: a version written by a release that carried the publisher's wall clock instead."""
 
     def to_bytes(self) -> bytes:
         return json.dumps(
             {
-                "published_at": self.published_at,
+                "published_counter": self.published_counter,
                 "finished": sorted(self.finished),
                 "shards": [
                     [s.shard_id, s.parent_shard_id, s.adjacent_parent_shard_id, s.starting_sequence_number,
@@ -81,7 +86,8 @@ class ShardManifest:
             Shard(sid, parent, adjacent, start, end, (int(lo), int(hi)))
             for sid, parent, adjacent, start, end, lo, hi in data["shards"]
         )
-        return cls(shards, frozenset(data["finished"]), float(data["published_at"]))
+        counter = data.get("published_counter")
+        return cls(shards, frozenset(data["finished"]), int(counter) if isinstance(counter, int) else None)
 
     def same_content(self, other: ShardManifest | None) -> bool:
         return other is not None and self.shards == other.shards and self.finished == other.finished
@@ -104,6 +110,10 @@ class _Stream:
     effective: ShardManifest | None = None
     """The version planned with."""
     keys: list[str] = field(default_factory=list)
+    observed: bool = False
+    """Whether the head was read at least once (its absence, too, is then timed)."""
+    apply_at: float | None = None
+    """When (this member's clock) the newest version read takes effect."""
 
 
 class ShardManifestSync(ShardSync):
@@ -121,8 +131,8 @@ class ShardManifestSync(ShardSync):
         shard_sync_interval: float,
         poll_interval: float | None = None,
         replicas: int = 1,
+        orphan_timeout: float | None = None,
         clock: Clock = MONOTONIC,
-        wall_clock: Callable[[], float] = time.time,
         chunk_bytes: int | None = None,
     ):
         super().__init__(table, streams)
@@ -133,8 +143,8 @@ class ShardManifestSync(ShardSync):
         self.shard_sync_interval = shard_sync_interval
         self.poll_interval = poll_interval if poll_interval is not None else shard_sync_interval / 2
         self.replicas = replicas
+        self.orphan_timeout = orphan_timeout if orphan_timeout is not None else lease_duration * (replicas + 2)
         self.clock = clock
-        self.wall_clock = wall_clock
         extra = {} if chunk_bytes is None else {"chunk_bytes": chunk_bytes}
         self._streams = [
             _Stream(spec, discovery, ManifestStore(table, f"shards/{spec.key_prefix}".replace("#", "%23"), **extra))
@@ -209,17 +219,25 @@ class ShardManifestSync(ShardSync):
 
     def _observe(self, stream: _Stream, head: ManifestHead | None, now: float) -> None:
         old = stream.head
-        if head is None or old is None or (head.owner, head.counter) != (old.owner, old.counter):
+        same = (head is None and old is None) or (
+            head is not None and old is not None and (head.owner, head.counter) == (old.owner, old.counter))
+        if not stream.observed or not same:  # no head at all is timed too (a chore nobody ever claimed)
             stream.head_seen_at = now
+        stream.observed = True
         stream.head = head
 
     def _may_claim(self, stream: _Stream, candidates: list[str], members: tuple[str, ...], now: float) -> bool:
-        if self.member_id not in candidates:
-            return False
+        """The chore's candidates claim an ownerless head at once (the first) or one whose
+        counter did not move for a lease duration; anyone else once it did not move for
+        ``orphan_timeout`` (the candidates are listed but do not run: older builds during a
+        rolling upgrade, dead pods still listed)."""
         head = stream.head
+        unchanged = now - stream.head_seen_at
+        if self.member_id not in candidates:
+            return self.member_id in members and unchanged >= self.orphan_timeout
         if head is None or head.owner not in members:
-            return candidates[0] == self.member_id or now - stream.head_seen_at >= self.lease_duration
-        return now - stream.head_seen_at >= self.lease_duration
+            return candidates[0] == self.member_id or unchanged >= self.lease_duration
+        return unchanged >= self.lease_duration
 
     def _claim(self, stream: _Stream) -> None:
         previous = stream.head
@@ -256,7 +274,7 @@ class ShardManifestSync(ShardSync):
         finished = self._finished(stream.spec, listing, current)
         if finished is None:
             return
-        new = ShardManifest(listing, finished, self.wall_clock())
+        new = ShardManifest(listing, finished, stream.head.counter + 1)  # the counter the publish writes
         if new.same_content(current):
             return
         try:
@@ -266,6 +284,7 @@ class ShardManifestSync(ShardSync):
             return
         self.published += 1
         stream.manifest, stream.version = new, stream.head.version
+        stream.apply_at = self.clock() + self.poll_interval
         log.info("%s: published shard manifest v%d of %s (%d shards, %d finished)", self.member_id,
                  stream.head.version, stream.spec.stream, len(listing), len(finished))
 
@@ -279,13 +298,22 @@ class ShardManifestSync(ShardSync):
         check = [s for s in listing if s.shard_id not in known or (not s.is_open and s.shard_id not in done)]
         if not check:
             return frozenset(done & listed_ids)
-        rows = self.table.get_many([spec.lease_key(s.shard_id) for s in check], consistent=True)
-        has_row = known | {s.shard_id for s in check if rows.get(spec.lease_key(s.shard_id)) is not None}
+        keys = [spec.lease_key(s.shard_id) for s in check]
+        rows = self.table.get_many(keys, consistent=True)
+        corrupt = set(keys) - set(rows)  # rows that exist but cannot be parsed (reported, never written)
+        has_row = known | {s.shard_id for s in check if rows.get(spec.lease_key(s.shard_id)) is not None
+                           or spec.lease_key(s.shard_id) in corrupt}
         for shard in check:
-            lease = rows.get(spec.lease_key(shard.shard_id))
+            key = spec.lease_key(shard.shard_id)
+            if key in corrupt:
+                continue  # not finished, as far as anyone can tell: the other shards go on
+            lease = rows.get(key)
             if lease is None:
                 self._create(spec, shard, parent_rows=any(p in has_row for p in shard.parents))
-                lease = self.table.get(spec.lease_key(shard.shard_id))
+                try:
+                    lease = self.table.get(key)
+                except CorruptLeaseError:
+                    continue  # a corrupt row appeared meanwhile: reported, skipped
                 if lease is None:
                     return None  # not created (logged): publish nothing until it is
                 has_row.add(shard.shard_id)
@@ -305,13 +333,17 @@ class ShardManifestSync(ShardSync):
             stream.polled_at = None  # a newer version replaced it: read the head next round
             return
         stream.manifest, stream.version = ShardManifest.from_bytes(payload), head.version
+        published = stream.manifest.published_counter
+        age = 0.0 if published is None else max(0, head.counter - published) * self.tick_interval
+        wait = 0.0 if published is None else max(0.0, self.poll_interval - age)
+        stream.apply_at = self.clock() + wait
 
     def _apply(self, stream: _Stream) -> None:
         """Plan with the newest version once it is ``poll_interval`` old (see the module docs)."""
         new = stream.manifest
         if new is None or new is stream.effective:
             return
-        if stream.effective is not None and self.wall_clock() < new.published_at + self.poll_interval:
+        if stream.effective is not None and stream.apply_at is not None and self.clock() < stream.apply_at:
             return
         stream.effective = new
         spec = stream.spec
@@ -334,14 +366,14 @@ def shard_provider(
         return ShardSync(table, streams)
     if isinstance(membership, DynamoDBMembership):
         raise ConfigurationError(
-            "WorkerConfig(reads='scoped') needs a membership outside the lease table: pass "
-            "membership=KubernetesMembership(...) or StaticMembership(...) to Worker, or use "
-            "reads='scan' with the default DynamoDBMembership"
+            "WorkerConfig(reads='scoped') needs a membership the lease table's scans do not "
+            "feed: leave membership unset (SessionMembership), or pass KubernetesMembership(...) "
+            "or StaticMembership(...) to Worker, or use reads='scan' with a DynamoDBMembership"
         )
     timing = config.timing
     return ShardManifestSync(
         table, streams, member_id=membership.self_id, membership=membership,
         lease_duration=timing.lease_duration, tick_interval=timing.tick_interval,
         shard_sync_interval=config.shard_sync_interval, poll_interval=config.manifest_poll_interval,
-        replicas=max(1, config.replicas), clock=clock,
+        replicas=max(1, config.replicas), orphan_timeout=timing.orphan_timeout, clock=clock,
     )
