@@ -65,5 +65,16 @@ spark-demo: venv
 simulate: venv
 	$(VENV)/bin/hashring simulate
 
+.PHONY: simulate-fleet
+## The lease-protocol simulator's long profile (tests/fleetsim): FLEETSIM_SEEDS seeds (default
+## 10,000) from FLEETSIM_START (default 1) on every core; coverage in benchmarks/results/fleet_sim.json.
+## The fast profile runs within `make test`; a failing seed replays with
+## `PYTHONHASHSEED=0 .venv/bin/python -m tests.fleetsim --seed N`.
+FLEETSIM_SEEDS ?= 10000
+FLEETSIM_START ?= 1
+simulate-fleet: venv
+	$(PY) -m tests.fleetsim --seeds $(FLEETSIM_SEEDS) --start $(FLEETSIM_START) --shrink \
+		--out benchmarks/results/fleet_sim.json
+
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache .mypy_cache .ruff_cache

@@ -1,13 +1,21 @@
-"""The lease-protocol simulator (tests/fleetsim) in the test suite: the seeds that found each
-defect, replayed (each failed on the code before its fix), and the fast profile.
+"""The lease-protocol simulator (tests/fleetsim) in the test suite: the scenarios that found each
+defect, replayed, and the fast profile over fresh seeds.
 
-Each seed runs in a process of its own with ``PYTHONHASHSEED=0``, exactly as
-``python -m tests.fleetsim --seed N`` replays it.
+Each scenario in ``tests/data/fleetsim/`` was drawn by the simulator from the seed it records,
+failed on the commit it names (the code before that defect's fix), and passes now. They are
+kept as scenarios, not seeds, so later changes to the generator never change what they test.
+Every run is a process of its own with ``PYTHONHASHSEED=0``, exactly as ``python -m
+tests.fleetsim --replay FILE`` replays it.
+
+The fast profile draws ``FLEETSIM_SEEDS`` (default 150) fresh scenarios from a random first seed
+(printed; ``FLEETSIM_START=N`` runs the same ones again) on two processes: about a minute.
 """
 
 from __future__ import annotations
 
+import json
 import os
+import random
 import subprocess
 import sys
 from pathlib import Path
@@ -15,23 +23,34 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-
-REGRESSIONS = [
-    # (seed, extra arguments, what it found)
-    (21, (), "stale eventually consistent reads of a crashed member's session restarted its expiry timer"),
-    (32, (), "a second process under a running member's id: both kept running, overwriting the session row"),
-    (14, (), "a corrupt plan head was never replaced: it stayed unreadable to the end"),
-    (57, (), "a corrupt plan head was never replaced (with a duplicate id)"),
-]
+SCENARIOS = sorted((ROOT / "tests" / "data" / "fleetsim").glob("*.json"))
 
 
-def replay(seed: int, *args: str) -> subprocess.CompletedProcess[str]:
+def fleetsim(*args: str, timeout: float = 600) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "PYTHONHASHSEED": "0"}
-    return subprocess.run([sys.executable, "-m", "tests.fleetsim", "--seed", str(seed), *args], cwd=ROOT, env=env,
-                          capture_output=True, text=True, timeout=600)
+    return subprocess.run([sys.executable, "-m", "tests.fleetsim", *args], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=timeout)
 
 
-@pytest.mark.parametrize(("seed", "args", "found"), REGRESSIONS, ids=[f"seed{s}" for s, _, _ in REGRESSIONS])
-def test_a_seed_that_found_a_defect_passes(seed: int, args: tuple[str, ...], found: str) -> None:
-    result = replay(seed, *args)
-    assert result.returncode == 0, f"seed {seed} ({found}) fails again:\n{result.stdout[-4000:]}\n{result.stderr[-2000:]}"
+@pytest.mark.parametrize("path", SCENARIOS, ids=[p.stem for p in SCENARIOS])
+def test_a_scenario_that_found_a_defect_passes(path: Path) -> None:
+    found = json.loads(path.read_text()).get("found", "")
+    result = fleetsim("--replay", str(path))
+    assert result.returncode == 0, f"{path.name} ({found}) fails again:\n{result.stdout[-4000:]}\n{result.stderr[-2000:]}"
+
+
+def test_every_defect_has_a_scenario() -> None:
+    assert len(SCENARIOS) >= 10
+
+
+@pytest.mark.slow
+def test_the_fast_profile_finds_no_violation() -> None:
+    start = int(os.environ.get("FLEETSIM_START") or random.SystemRandom().randrange(1, 10**6))
+    seeds = int(os.environ.get("FLEETSIM_SEEDS", "150"))
+    print(f"fleet simulator, fast profile: seeds {start}..{start + seeds - 1} "
+          f"(replay: FLEETSIM_START={start}, or python -m tests.fleetsim --profile fast --seed N)")
+    result = fleetsim("--profile", "fast", "--seeds", str(seeds), "--start", str(start), "--jobs", "2", "--quiet",
+                      timeout=900)
+    summary = json.loads(result.stdout.strip().splitlines()[-1])
+    assert summary["seeds"] == seeds
+    assert result.returncode == 0 and summary["failed"] == 0, f"{summary}\n{result.stderr[-6000:]}"

@@ -654,15 +654,16 @@ def test_an_ambiguous_write_is_applied_once_and_recognised(table: LeaseTable) ->
     assert table.get("k") == renewed
 
 
-def test_an_ambiguous_transaction_is_idempotent_by_its_token(table: LeaseTable) -> None:
+def test_an_ambiguous_take_is_recognised_by_its_write_token(table: LeaseTable) -> None:
     lease = table.create_lease_if_absent("k", owner="a", session="tok-a")
     session = table.renew_session("a", "tok-a", None)
     assert lease is not None
     fake = memory(table)
-    fake.faults = fault_sequence({"TransactWriteItems": [Fault.ambiguous()]})
+    fake.faults = fault_sequence({"UpdateItem": [Fault.ambiguous()]})
+    before = fake.calls["UpdateItem"]
     taken = table.take(lease, "b", check=SessionCheck("a", "tok-a", session.counter))
     assert taken is not None and taken.counter == 2
-    assert fake.calls["TransactWriteItems"] == 2  # the repeat succeeded without applying again
+    assert fake.calls["UpdateItem"] - before == 2  # the retry's condition failed on its own earlier write
     assert table.get("k") == taken
 
 

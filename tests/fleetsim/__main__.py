@@ -75,13 +75,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--kinds", default="", help="comma-separated disturbance kinds (default: all)")
     parser.add_argument("--reads", choices=("scan", "scoped"), help="every scenario reads this way")
     parser.add_argument("--provider", choices=("keys", "worker"), help="every scenario plans these keys")
+    parser.add_argument("--profile", choices=("long", "fast"), default="long",
+                        help="fast: fewer disturbances, a shorter quiet phase (the test suite's)")
     parser.add_argument("--out", type=Path, help="write the coverage report (JSON) here")
     parser.add_argument("--shrink", action="store_true", help="shrink the first failing scenario")
     parser.add_argument("--quiet", action="store_true", help="no progress bar")
+    parser.add_argument("--save", type=Path, help="with --seed/--replay: save the scenario (JSON) here, with --note")
+    parser.add_argument("--note", default="", help="what the saved scenario found")
     args = parser.parse_args(argv)
     console = Console(stderr=True)
     kinds = tuple(k for k in args.kinds.split(",") if k) or None
     fixed = {k: v for k, v in (("reads", args.reads), ("provider", args.provider)) if v}
+    if args.profile != "long":
+        fixed["profile"] = args.profile
 
     if args.seed is not None or args.replay is not None:
         if args.replay is not None:
@@ -89,6 +95,9 @@ def main(argv: list[str] | None = None) -> int:
         else:
             scenario = draw(args.seed, **({"kinds": kinds} if kinds else {}), **fixed)
         print(scenario.to_json())
+        if args.save:
+            saved = {"found": args.note, **json.loads(scenario.to_json())}
+            args.save.write_text(json.dumps(saved, indent=1, sort_keys=True) + "\n")
         result = run(scenario, trace=bool(os.environ.get("FLEETSIM_TRACE")))
         for line in result.pop("log"):
             print(line)

@@ -74,13 +74,13 @@ def bound(kind: str, t: Timing) -> float:
     """Seconds after ``kind``'s effect ends within which every ready key is processed."""
     if kind in ("sigterm", "join"):
         return t.gap + t.tick
-    if kind == "lag":
+    if kind in ("lag", "chore_split"):
         return t.adopt + t.tick + t.gap
     if kind in ("crash", "unlist", "restart", "pause", "throttle", "ambiguous", "deny", "corrupt", "legacy",
                 "duplicate"):
         return t.takeover + t.gap
-    if kind == "phantom":
-        return t.orphan + t.backup_check + t.tick + t.gap
+    if kind == "phantom":  # keys planned for it, offers to it, and (worker) a chore it was ranked for
+        return t.orphan + t.backup_check + t.tick + t.gap + t.manifest_poll
     if kind in ("wall_step", "reshard"):
         return t.manifest_poll + t.takeover + t.gap
     raise ValueError(kind)
@@ -90,7 +90,7 @@ def effect_end(event: Event) -> float:
     """When ``event``'s effect ends (the moment its bound counts from)."""
     if event.kind in ("pause",):
         return event.at + float(event.arg("seconds", 0.0))
-    if event.kind in ("lag", "throttle", "ambiguous"):
+    if event.kind in ("lag", "throttle", "ambiguous", "chore_split"):
         return event.at + float(event.arg("for", 0.0)) + (float(event.arg("seconds", 0.0)) if event.kind == "lag" else 0.0)
     if event.kind == "join":
         return event.at + float(event.arg("listed_after", 0.0))
@@ -101,11 +101,13 @@ def settled_at(scenario: Scenario) -> float:
     """From this moment on every ready key must stay processed (gaps up to ``Timing.gap``)."""
     t = timing(scenario)
     start = 3 * t.lease_duration  # the fleet's own start-up
+    if scenario.phantoms:  # listed from the start, never running: their chores and keys move
+        start = max(start, bound("phantom", t) + (t.manifest_poll if scenario.provider == "worker" else 0.0))
     return max([start, *(effect_end(e) + bound(e.kind, t) for e in scenario.events)])
 
 
 def table(t: Timing) -> dict[str, float]:
     """Each kind's bound in lease durations (for the docs and the coverage report)."""
     kinds = ("sigterm", "join", "lag", "crash", "pause", "phantom", "throttle", "ambiguous", "deny", "corrupt",
-             "legacy", "wall_step", "reshard", "duplicate")
+             "legacy", "wall_step", "reshard", "duplicate", "chore_split")
     return {k: round(bound(k, t) / t.lease_duration, 2) for k in kinds}

@@ -46,8 +46,8 @@ class Checker:
     keys: dict[str, KeyTrack] = field(default_factory=dict)
     violations: list[str] = field(default_factory=list)
     max_violations: int = 5
-    publishes: list[float] = field(default_factory=list)
-    """When the published plan's head moved to a new version."""
+    publishes: list[tuple[float, str]] = field(default_factory=list)
+    """When the published plan's head moved to a new version, and who published it."""
     _plan_version: str = ""
 
     def __post_init__(self) -> None:
@@ -63,14 +63,21 @@ class Checker:
         now = world.now
         gap = world.timing.gap
         serving = world.serving()
+        alive = [m for m in world.members.values() if m.alive]
         for key in world.ready_keys():
-            holders = world.holders(key)
+            holders: list[str] = []
+            processing = False
+            for m in alive:
+                if m.coordinator.holds(key):
+                    holders.append(m.name)
+                    tenure = m.tenures.get(key)
+                    processing = processing or (now >= m.paused_until and tenure is not None and not tenure.ended)
             if len(holders) > 1:
                 self.fail(f"{key} held by {holders} at once")
             track = self.keys.get(key)
             if track is None:  # ready from now on (a new shard whose parents finished)
                 track = self.keys[key] = KeyTrack(unprocessed_since=now)
-            if world.processing(key):
+            if processing:
                 if track.unprocessed_since is not None:
                     if now - track.unprocessed_since > gap:
                         track.last_gap_end = now
@@ -87,16 +94,16 @@ class Checker:
                 self.fail(f"{key} unprocessed since t={track.unprocessed_since:.3f} "
                           f"(settled at t={self.settle:.3f}, allowed gap {gap:.2f} s)")
                 track.unprocessed_since = now  # report each stall once
-            item = world.memory.item(key)
+            item = world.memory.peek(key)
             order = item.get("checkpointOrder", {}).get("S", "") if item else ""
             if order and track.order and order < track.order:
                 self.fail(f"{key} checkpoint went backwards: {track.order!r} -> {order!r}")
             if order:
                 track.order = order
-        head = world.memory.item(PLAN_HEAD)
+        head = world.memory.peek(PLAN_HEAD)
         version = str(head.get("version", {}).get("N", "")) if head else ""
-        if version and version != self._plan_version:
-            self.publishes.append(now)
+        if version and version != self._plan_version and head is not None:
+            self.publishes.append((now, str(head.get("owner", {}).get("S", ""))))
         self._plan_version = version
         for v in world.violations:
             if v not in self.violations:
@@ -134,18 +141,29 @@ class Checker:
         }
 
     def _check_publishes(self) -> None:
-        """The plan is published about once per change of the fleet, not every round while
+        """The plan is published about once per change of the fleet, not over and over while
         members disagree: at most 2 + (changes of the member list and disturbances in the last
-        3 lease durations) versions within any 2 lease durations."""
+        3 lease durations) versions within any 2 lease durations, and at most 4 times a member
+        publishing over another member's version in any 20 lease durations without a change of
+        the member list in between (two members that both own the chore in their own lists)."""
         world = self.world
         d = world.scenario.lease_duration
         changes = [t for t, _ in world._truth[1:]] + [e.at for e in world.scenario.events]
-        for i, at in enumerate(self.publishes):
-            recent = [t for t in self.publishes[: i + 1] if t > at - 2 * d]
+        for i, (at, _) in enumerate(self.publishes):
+            recent = [t for t, _ in self.publishes[: i + 1] if t > at - 2 * d]
             allowed = 2 + sum(1 for t in changes if at - 3 * d <= t <= at)
             if len(recent) > allowed:
                 self.fail(f"the plan was published {len(recent)} times within 2 lease durations before "
                           f"t={at:.3f} (allowed {allowed}: list changes and disturbances nearby)")
+                return
+        truth = [t for t, _ in world._truth[1:]]
+        overwrites = [at for (before, who_before), (at, who) in zip(self.publishes, self.publishes[1:], strict=False)
+                      if who != who_before and not any(before - 3 * d < t <= at for t in truth)]
+        for at in overwrites:
+            window = [t for t in overwrites if at - 20 * d < t <= at]
+            if len(window) > 4:
+                self.fail(f"members published over each other's plan {len(window)} times within 20 lease "
+                          f"durations before t={at:.3f}, with no change of the member list in between")
                 return
 
     def _check_processes(self) -> None:
@@ -164,6 +182,6 @@ class Checker:
         scoped = [m for m in world.members.values() if m.alive and not m.legacy]
         if world.scenario.reads != "scoped" or not scoped:
             return
-        head = world.memory.item(PLAN_HEAD)
+        head = world.memory.peek(PLAN_HEAD)
         if head is not None and not all(k in head for k in ("version", "digest", "owner", "counter")):
             self.fail(f"the plan head is still unreadable at the end: {head}")

@@ -70,6 +70,8 @@ def run(scenario: Scenario, *, trace: bool = False) -> dict[str, Any]:
             world = World(scenario)
             stamp.world = world
             checker = Checker(world)
+            if scenario.phantoms:
+                world.set_listed(set(scenario.phantoms))
             for member in scenario.members:
                 world.start_member(member)
             world.schedule(scenario.events)

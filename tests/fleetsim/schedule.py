@@ -18,6 +18,7 @@ Disturbance kinds (``Event.kind``):
 ``pause``       the process stops for ``seconds`` (SIGSTOP, a GC pause), then goes on
 ``join``        a new member starts and is listed after ``listed_after`` seconds
 ``lag``         the member's list shows the truth of ``seconds`` ago, for ``for``
+                (``chore_owner``: the plan chore's owner's list, whoever that is then)
 ``phantom``     a member that is listed but never runs
 ``legacy``      a member of the previous release (rows renewed every tick, rows timed
                 by their row; it cannot parse rows written under session leases)
@@ -31,6 +32,8 @@ Disturbance kinds (``Event.kind``):
 ``reshard``     a shard is split (``worker`` scenarios: its lease key ends, two begin)
 ``duplicate``   a second process starts under a running member's id (a misconfiguration:
                 one of the two must refuse to run)
+``chore_split`` a member joins that owns the plan chore in the new member list, while the
+                chore's owner in the old list does not see it for ``for`` (both own it)
 =============== ===================================================================
 """
 
@@ -42,7 +45,7 @@ from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 KINDS = ("crash", "unlist", "restart", "sigterm", "pause", "join", "lag", "phantom", "legacy", "throttle",
-         "ambiguous", "deny", "corrupt", "wall_step", "reshard", "duplicate")
+         "ambiguous", "deny", "corrupt", "wall_step", "reshard", "duplicate", "chore_split")
 """Every disturbance kind, in the order the coverage report lists them."""
 
 CORRUPT_ROWS = ("plan_head", "plan_chunk", "manifest_head", "session", "lease")
@@ -73,6 +76,9 @@ class Scenario:
     replicas: int = 1
     lease_duration: float = 3.0
     members: tuple[str, ...] = ("m0", "m1", "m2")
+    phantoms: tuple[str, ...] = ()
+    """Members listed from the start that never run (dead pods still listed, older builds
+    that never run this release's chores)."""
     keys: int = 8
     """Lease keys ("keys") or open shards at the start ("worker")."""
     skew: tuple[float, ...] = ()
@@ -88,8 +94,10 @@ class Scenario:
 
     @classmethod
     def from_json(cls, text: str) -> Scenario:
-        data = json.loads(text)
+        """A scenario saved by :meth:`to_json` (other keys, such as a saved scenario's notes, are ignored)."""
+        data = {k: v for k, v in json.loads(text).items() if k in cls.__dataclass_fields__}
         data["members"] = tuple(data["members"])
+        data["phantoms"] = tuple(data.get("phantoms", ()))
         data["skew"] = tuple(data["skew"])
         data["events"] = tuple(Event(**e) for e in data["events"])
         return cls(**data)
@@ -101,10 +109,17 @@ class Scenario:
         return replace(self, events=self.events[:index] + self.events[index + 1:])
 
 
-def draw(seed: int, *, kinds: tuple[str, ...] = KINDS, max_events: int = 6, reads: str | None = None,
-         provider: str | None = None) -> Scenario:
+PROFILES = {"long": (6, 25.0), "fast": (4, 14.0)}
+"""Profile -> (most disturbances, lease durations of quiet after them)."""
+
+
+def draw(seed: int, *, kinds: tuple[str, ...] = KINDS, max_events: int | None = None, reads: str | None = None,
+         provider: str | None = None, profile: str = "long") -> Scenario:
     """The scenario of ``seed``: a random fleet and up to ``max_events`` disturbances of ``kinds``
-    (``reads`` and ``provider``: fixed instead of drawn)."""
+    (``reads`` and ``provider``: fixed instead of drawn; ``profile``: "long", or "fast": fewer
+    disturbances and a shorter quiet phase, for the test suite)."""
+    most, quiet = PROFILES[profile]
+    max_events = most if max_events is None else max_events
     rng = random.Random(seed)
     drawn_reads = rng.choice(["scoped", "scoped", "scan"])
     drawn_provider = rng.choice(["keys", "keys", "worker"])
@@ -126,6 +141,9 @@ def draw(seed: int, *, kinds: tuple[str, ...] = KINDS, max_events: int = 6, read
         quiet_at=rng.choice([8.0, 12.0, 20.0]) * d,
         end=0.0,
     )
+    extra = random.Random(seed * 7919 + 5)  # its own stream: earlier seeds keep their scenarios
+    if "phantom" in kinds and extra.random() < 0.3:
+        scenario = replace(scenario, phantoms=tuple(f"p{i}" for i in range(extra.randint(1, 2))))
     events: list[Event] = []
     running = list(members)
     crashed: list[str] = []
@@ -137,7 +155,7 @@ def draw(seed: int, *, kinds: tuple[str, ...] = KINDS, max_events: int = 6, read
         if event is not None:
             events.append(event)
     events.sort(key=lambda e: e.at)
-    return replace(scenario, events=tuple(events), end=scenario.quiet_at + 40.0 * d)
+    return replace(scenario, events=tuple(events), end=scenario.quiet_at + quiet * d)
 
 
 def _event(rng: random.Random, kind: str, at: float, d: float, running: list[str], crashed: list[str],
@@ -175,9 +193,10 @@ def _event(rng: random.Random, kind: str, at: float, d: float, running: list[str
         member = next(fresh)
         running.append(member)
         return Event(at, kind, member, {"listed_after": rng.choice([0.0, 0.0, d / 3])})
-    if kind == "lag":
+    if kind == "lag":  # half of them lag the plan chore's owner (then two members may both own it)
         return Event(at, kind, rng.choice(running),
-                     {"seconds": round(rng.uniform(0.5, 3.0) * d, 3), "for": round(rng.uniform(1.0, 6.0) * d, 3)})
+                     {"seconds": round(rng.uniform(0.5, 3.0) * d, 3), "for": round(rng.uniform(1.0, 12.0) * d, 3),
+                      "chore_owner": rng.random() < 0.5})
     if kind == "phantom":
         return Event(at, kind, next(fresh))
     if kind == "legacy":
@@ -200,4 +219,6 @@ def _event(rng: random.Random, kind: str, at: float, d: float, running: list[str
         return Event(at, kind, "", {"pick": rng.randrange(1000)})
     if kind == "duplicate":
         return Event(at, kind, rng.choice(running))
+    if kind == "chore_split":
+        return Event(at, kind, "", {"for": round(rng.uniform(4.0, 14.0) * d, 3)})
     raise ValueError(f"unknown disturbance kind {kind!r}")

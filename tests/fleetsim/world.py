@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import bisect
 import heapq
+import inspect
 import itertools
 import json
 import math
@@ -33,7 +34,7 @@ from typing import Any
 
 from botocore.exceptions import ClientError
 
-from hashring import StaticMembership
+from hashring import StaticMembership, chore_owners
 from kinesis.consumer.shard_manifest import ShardManifestSync
 from kinesis.consumer.shard_sync import ShardSync
 from kinesis.consumer.shards import ShardDiscovery
@@ -41,6 +42,7 @@ from kinesis.errors import KinesisHashRingError, LeaseLostError
 from kinesis.lease_loop.coordinator import LeaseCoordinator
 from kinesis.lease_loop.lease_model import SHARD_END, Lease
 from kinesis.lease_loop.leases import LeaseTable
+from kinesis.lease_loop.published_plan import PLAN_CHORE
 from tests.fleetsim.bounds import Timing, shard_sync_interval, timing
 from tests.fleetsim.schedule import Event, Scenario
 from tests.fleetsim.stream import SPEC, STREAM, KinesisClient, SimStream
@@ -307,11 +309,14 @@ class World:
         if self.stream is not None:
             streams = [(SPEC, self._discovery(member))]
             if self.scenario.reads == "scoped":
+                extra: dict[str, Any] = {}
+                if "wall_clock" in inspect.signature(ShardManifestSync).parameters:  # releases that used one
+                    extra["wall_clock"] = lambda: 1.7e9 + self.now + member.wall_offset
                 member.provider = ShardManifestSync(
                     table, streams, member_id=member.id, membership=member.membership,
                     lease_duration=self.scenario.lease_duration, tick_interval=self.timing.tick,
                     shard_sync_interval=shard_sync_interval(self.scenario), replicas=max(1, self.scenario.replicas),
-                    clock=lambda: member.local(self.now), wall_clock=lambda: 1.7e9 + self.now + member.wall_offset)
+                    clock=lambda: member.local(self.now), **extra)
             else:
                 member.provider = ShardSync(table, streams)
             resources = member.provider
@@ -341,7 +346,12 @@ class World:
             member.coordinator.stop()
             self._stopped(member)
             return
-        member.coordinator.begin_stop(graceful=True, timeout=0.0)
+        begin = getattr(member.coordinator, "begin_stop", None)
+        if begin is None:  # a build before begin_stop(): one pass, what is left expires
+            member.coordinator.stop(graceful=True, timeout=0.0)
+            self._stopped(member)
+            return
+        begin(graceful=True, timeout=0.0)
         member.stop_deadline = self.now + 2 * self.scenario.lease_duration
 
     def _stopped(self, member: SimMember) -> None:
@@ -430,7 +440,7 @@ class World:
             member.coordinator._complete_ready_handoffs()
 
     def _stored_checkpoint(self, key: str) -> int:
-        item = self.memory.item(key)
+        item = self.memory.peek(key)
         if not item:
             return 0
         seq = item.get("checkpoint", {}).get("S", "")
@@ -527,12 +537,27 @@ class World:
             self.start_member(event.member, listed=after == 0.0)
             if after:
                 self.at(self.now + after, lambda: self.set_listed(self.listed | {event.member}))
+        elif kind == "lag" and event.arg("chore_owner"):
+            owner = self.members.get(chore_owners(PLAN_CHORE, sorted(self.listed))[0]) if self.listed else None
+            if owner is not None and owner.alive:
+                owner.lag = (float(event.arg("seconds")), self.now + float(event.arg("for")))
+                self.refresh_views()
+                self.at(owner.lag[1], self.refresh_views)
         elif kind == "lag" and member is not None:
             member.lag = (float(event.arg("seconds")), self.now + float(event.arg("for")))
             self.refresh_views()
             self.at(member.lag[1], self.refresh_views)
         elif kind == "duplicate" and member is not None and member.alive and not member.legacy:
             self.start_member(event.member, name=f"{event.member}#2")
+        elif kind == "chore_split" and self.listed:
+            listed = sorted(self.listed)
+            old_owner = self.members.get(chore_owners(PLAN_CHORE, listed)[0])
+            name = next((f"c{i}" for i in range(200) if f"c{i}" not in self.members
+                         and chore_owners(PLAN_CHORE, sorted([*listed, f"c{i}"]))[0] == f"c{i}"), None)
+            if old_owner is not None and old_owner.alive and name is not None:
+                old_owner.lag = (float(event.arg("for")) + 1.0, self.now + float(event.arg("for")))
+                self.start_member(name)
+                self.at(old_owner.lag[1], self.refresh_views)
         elif kind == "phantom":
             self.set_listed(self.listed | {event.member})
         elif kind == "legacy":
@@ -580,16 +605,15 @@ class World:
         whose parents are (their rows say ``SHARD_END``)."""
         if self.stream is None:
             return self.keys
-        finished = {k for k in self.memory.items() if self._finished(k)}
         ready = []
         for shard_id, shard in sorted(self.stream.shards.items()):
             key = self.stream.key(shard_id)
-            if key not in finished and all(self.stream.key(p) in finished for p in shard.parents):
+            if not self._finished(key) and all(self._finished(self.stream.key(p)) for p in shard.parents):
                 ready.append(key)
         return ready
 
     def _finished(self, key: str) -> bool:
-        item = self.memory.item(key)
+        item = self.memory.peek(key)
         return bool(item) and item.get("leaseState", {}).get("S") == "SHARD_END"
 
     def all_keys(self) -> list[str]:

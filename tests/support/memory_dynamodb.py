@@ -1220,6 +1220,19 @@ class MemoryDynamoDB:
             stored = t.items.get(t.key_from_text(key)[0])
             return None if stored is None else copy_item(stored)
 
+    def peek(self, key: str, table: str | None = None) -> Mapping[str, Any] | None:
+        """The current item named ``key`` without a copy, for checkers that look after every
+        step (fast; never mutate it: stored items are replaced, not changed, by writes)."""
+        with self._lock:
+            t = self._only(table)
+            return t.items.get(t.key_from_text(key)[0])
+
+    def keys(self, table: str | None = None) -> list[str]:
+        """The key text of every current item of ``table`` (default: the only table)."""
+        with self._lock:
+            t = self._only(table)
+            return [t.key_text(k) for k in t.order(every_version=False)]
+
     def corrupt(self, key: str, item: Mapping[str, Any] | None, table: str | None = None) -> None:
         """Write ``item`` raw as the new version of ``key`` (None: delete it), bypassing every
         check (to plant corrupt rows); the key attributes are filled in from ``key`` if absent."""
