@@ -114,7 +114,7 @@ class LeaseHolder:
         self._uncertain: float | None = None  # send time of a renewal answered with an error
         self._chain_until = -math.inf  # the current session chain lasts until then
         self._epoch = 0  # the current chain (a new one starts when a renewal comes back too late)
-        self._abandoned: list[Lease] = []  # leases given up whose release failed: released again
+        self._abandoned: list[tuple[Lease, str | None]] = []  # given up, release failed (lease, its unconfirmed token)
         self.members_version = 0
         """The newest member list version this member's session row was told of."""
         self.session_since = math.inf
@@ -354,13 +354,13 @@ class LeaseHolder:
         with h.lock:
             if not h.gone:
                 try:
-                    self.table.release(h.lease)
+                    self.table.release(h.lease, prior_token=h.unconfirmed)
                     self.count("releases")
                 except LeaseLostError:
                     pass
                 except KinesisHashRingError:
                     with self.lock:
-                        self._abandoned.append(h.lease)
+                        self._abandoned.append((h.lease, h.unconfirmed))
                 h.gone = True
         self.forget(key, h)
 
@@ -383,15 +383,15 @@ class LeaseHolder:
         self.renew_session()
         with self.lock:
             abandoned, self._abandoned = self._abandoned, []
-        for lease in abandoned:
+        for lease, prior in abandoned:
             try:
-                self.table.release(lease)
+                self.table.release(lease, prior_token=prior)
                 self.count("releases")
             except LeaseLostError:
                 pass
             except KinesisHashRingError:
                 with self.lock:
-                    self._abandoned.append(lease)
+                    self._abandoned.append((lease, prior))
         held = self.items()
         gone = pool.run([functools.partial(self.renew, key, h) for key, h in held])
         for (key, h), was_lost in zip(held, gone, strict=True):
@@ -432,6 +432,10 @@ class LeaseHolder:
                 if self._valid(h, self._clock()):
                     return False
                 log.error("%s: lease %s not renewed in time; dropping it", self._me, key)
+                # its row still names this member's session, which lives on once renewals succeed
+                # again: release it (next tick, fenced), or nobody would ever see it expire
+                with self.lock:
+                    self._abandoned.append((h.lease, h.unconfirmed))
             h.gone = True
             return True
 

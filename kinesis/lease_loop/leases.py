@@ -343,10 +343,12 @@ class LeaseTable:
                 m.STATE: {"S": held_state(lease.checkpoint, None).value}}  # an offer: timed by its row
         return self._fenced(lease, "hand off", set_, [m.PENDING_HANDOFF, *m.SESSION_ATTRIBUTES])
 
-    def release(self, lease: Lease) -> Lease:
-        """Give the lease up (evict): the row stays with its checkpoint and no owner."""
+    def release(self, lease: Lease, *, prior_token: str | None = None) -> Lease:
+        """Give the lease up (evict): the row stays with its checkpoint and no owner
+        (``prior_token``: see :meth:`_fenced`)."""
         return self._fenced(lease, "release", {m.STATE: {"S": held_state(lease.checkpoint, None).value}},
-                            [m.OWNER, m.PENDING_HANDOFF, m.HANDED_OFF_BY, *m.SESSION_ATTRIBUTES])
+                            [m.OWNER, m.PENDING_HANDOFF, m.HANDED_OFF_BY, *m.SESSION_ATTRIBUTES],
+                            prior_token=prior_token)
 
     evict = release
     """KCL's name for :meth:`release`."""

@@ -90,12 +90,12 @@ class Observations:
     def behind(self, rows: Mapping[str, Lease | None], sessions: Mapping[str, SessionRow | None]
                ) -> tuple[list[str], list[str]]:
         """The rows and session rows read that are older than what this member already saw (a
-        lower counter: an eventually consistent read from a stale replica). Such a read is no
-        news: the caller reads them again, strongly consistent, instead of restarting their
-        timers (stale reads that restart a timer can postpone a takeover for as long as they
-        keep coming)."""
-        keys = [k for k, lease in rows.items() if lease is not None and (s := self.seen.get(k)) is not None
-                and s.counter is not None and lease.counter < s.counter]
+        lower counter, or no row where one was seen: an eventually consistent read from a stale
+        replica). Such a read is no news: the caller reads them again, strongly consistent,
+        instead of restarting their timers (stale reads that restart a timer can postpone a
+        takeover for as long as they keep coming)."""
+        keys = [k for k, lease in rows.items() if (s := self.seen.get(k)) is not None
+                and s.counter is not None and (lease is None or lease.counter < s.counter)]
         members = [m for m, row in sessions.items() if row is not None and (s2 := self.sessions.get(m)) is not None
                    and s2.token is not None and s2.token == row.token and row.counter < s2.counter]
         return keys, members

@@ -1,17 +1,17 @@
-"""Session rows: one per running member, renewed once per tick before its lease renewals.
+"""Session rows: one per running member, renewed once per tick; the only row a member renews.
 
 A coordinator starts a session with a fresh random token: its first renewal overwrites any
 session row of its member id (an earlier run), later ones are conditional on the token and
 the counter written last. Every lease the member takes, creates or adopts names the token
-(``leaseSession``). A member that watches another times *all* of that member's leases from
-this one row: once the session's (token, counter) has not changed for ``lease_duration`` on
-the watcher's clock, it may take them, each in a transaction whose ``ConditionCheck``
-(:class:`~kinesis.lease_loop.lease_model.SessionCheck`) proves the counter is still the one it timed, so no renewal came in
-between. The holder processes a lease only until ``validity`` after the send time of its
-last session renewal that completed before its last write of that lease
-(:class:`~kinesis.lease_loop.holder.LeaseHolder`): it stops before any watcher may take.
-A lease whose ``leaseSession`` is absent (taken by a 0.1 member) or is not its owner's
-current token is timed by its own row, as before.
+(``leaseSession``) and, held as ``ACTIVE_SESSION``, is valid while the session's chain lasts
+(:class:`~kinesis.lease_loop.holder.LeaseHolder`). A member that watches another times *all*
+of that member's leases from this one row: once the session's (token, counter) has not changed
+for ``lease_duration`` on the watcher's clock, it reads the row again strongly consistent
+(:class:`~kinesis.lease_loop.lease_model.SessionCheck`) and takes each lease by a conditional
+write if the session did not move. A lease whose ``leaseSession`` is absent (taken by a 0.1
+member) or is not its owner's current token is timed by its own row. The row also carries the
+offers made to the member and the member-list version it was told of (read in the answer of
+its next renewal).
 """
 
 from __future__ import annotations

@@ -81,7 +81,9 @@ def bound(kind: str, t: Timing) -> float:
         return t.takeover + t.gap
     if kind == "phantom":  # keys planned for it, offers to it, and (worker) a chore it was ranked for
         return t.orphan + t.backup_check + t.tick + t.gap + t.manifest_poll
-    if kind in ("wall_step", "reshard"):
+    if kind == "reshard":  # the chore owner sees the split at its next listing (unless the parent ends on it)
+        return t.shard_sync_interval + t.manifest_poll + t.takeover + t.gap
+    if kind == "wall_step":
         return t.manifest_poll + t.takeover + t.gap
     raise ValueError(kind)
 
