@@ -43,6 +43,7 @@ import platform
 import statistics
 import sys
 import tempfile
+import threading
 import time
 from datetime import datetime
 from pathlib import Path
@@ -133,7 +134,7 @@ class Pods:
 
 
 def phase_dynamics(aws: MotoProcess, out_dir: Path, lease: float, quick: bool, reads: str = "scan",
-                   backup_check_interval: float | None = None) -> dict[str, Any]:
+                   backup_check_interval: float | None = None, unlist_after: float | None = None) -> dict[str, Any]:
     shards, members = (20, 4) if quick else (40, 5)
     tick = lease / 3
     stream, table = "dyn", "dyn-leases"
@@ -173,10 +174,17 @@ def phase_dynamics(aws: MotoProcess, out_dir: Path, lease: float, quick: bool, r
         victim_shards = {k.rsplit("/", 1)[1] for k, o in fleet.owners().items() if o == victim}
         kill_ns = time.time_ns()
         fleet.kill(victim)
+        unlist = None
+        if unlist_after is not None:  # a failing readiness probe unlists the pod this long after the kill
+            unlist = threading.Timer(unlist_after, pods.remove, (victim,))
+            unlist.start()
         wait(fleet, lambda: len(first_inits_after(out_dir, victim_shards, kill_ns, victim)) == len(victim_shards),
              "new owners of the killed member's shards")
         kill_delays = [(t - kill_ns) / 1e9 for t in first_inits_after(out_dir, victim_shards, kill_ns, victim).values()]
-        pods.remove(victim)  # scoped: the pod stayed listed (worst case) until now
+        if unlist is not None:
+            unlist.join()
+        else:
+            pods.remove(victim)  # scoped: the pod stayed listed (worst case) until now
         wait(fleet, lambda: fleet.balanced(shards=shards), "balance after the kill")
         time.sleep(2 * lease)
 
@@ -208,6 +216,7 @@ def phase_dynamics(aws: MotoProcess, out_dir: Path, lease: float, quick: bool, r
     return {
         "reads": reads,
         "backup_check_interval_s": backup_check_interval,
+        "unlist_after_s": unlist_after,
         "shards": shards,
         "members": members,
         "lease_duration_s": lease,
@@ -326,16 +335,23 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--backup-check-interval", type=float, default=None,
                         help="with --reads scoped: seconds between samples of a watched member "
                              "(default: the Worker's, half a lease duration)")
+    parser.add_argument("--unlist-after", type=float, default=None,
+                        help="with --reads scoped: unlist the SIGKILLed member's pod this many seconds after "
+                             "the kill (as a failing readiness probe would); default: once it is taken over")
     parser.add_argument("--out", type=Path, default=None,
                         help="default: results/lease_dynamics.json (scoped: lease_dynamics_scoped.json)")
     args = parser.parse_args(argv)
     if args.backup_check_interval is not None and args.reads != "scoped":
         parser.error("--backup-check-interval needs --reads scoped")
+    if args.unlist_after is not None and args.reads != "scoped":
+        parser.error("--unlist-after needs --reads scoped")
     args.out_given = args.out
     if args.out is None:
         name = "lease_dynamics" if args.reads == "scan" else "lease_dynamics_scoped"
         if args.backup_check_interval is not None:
             name += f"_check_{args.backup_check_interval:g}s"
+        if args.unlist_after is not None:
+            name += f"_unlist_{args.unlist_after:g}s"
         args.out = RESULTS / f"{name}.json"
     if args.reads == "scoped":
         args.skip_requests = True
@@ -357,7 +373,7 @@ def main(argv: list[str] | None = None) -> int:
     with MotoProcess() as aws:
         console.print("[bold]phase 1[/]: join, SIGKILL, SIGTERM with worker processes")
         data["dynamics"] = dyn = phase_dynamics(aws, out_dir / "dynamics", args.lease_duration, args.quick,
-                                                      args.reads, args.backup_check_interval)
+                                                      args.reads, args.backup_check_interval, args.unlist_after)
         if not args.skip_requests:
             console.print("[bold]phase 2[/]: DynamoDB requests per member per minute")
             data["dynamodb_requests"] = phase_requests(aws, out_dir / "requests", args.quick)

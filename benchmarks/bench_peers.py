@@ -66,6 +66,11 @@ def specs() -> dict[str, PeerSpec]:
             checkpoint_marker=b"checkpointOrder", own_pythonpath=True,
             settings="kinesis.Worker defaults: lease 10 s, tick 3.3 s, DynamoDB heartbeats, "
                      "idle_backoff 1 s, shard_sync 30 s; TRIM_HORIZON"),
+        "ours-k8s": PeerSpec(
+            "ours-k8s", ours_py, PEERS_DIR / "ours_member.py", table="{app}-leases", pass_table=True,
+            checkpoint_marker=b"checkpointOrder", own_pythonpath=True, kubernetes=True,
+            settings="as ours, with a KubernetesMembership (the tests' fake API server; a pod listed "
+                     "when its member starts, deleted after a SIGTERM, kept after a SIGKILL)"),
         "kcl-rs": PeerSpec(
             "kcl-rs", str(envs.python_of("kcl-rs")), PEERS_DIR / "kcl_rs_member.py", table="{app}",
             checkpoint_marker=b"checkpoint",
@@ -84,7 +89,7 @@ def specs() -> dict[str, PeerSpec]:
     }
 
 
-PROCESS_PEERS = ("ours", "kcl-rs", "kcl-rs-tuned", "async-kinesis")
+PROCESS_PEERS = ("ours", "ours-k8s", "kcl-rs", "kcl-rs-tuned", "async-kinesis")
 ENV_OF = {"kcl-rs": "kcl-rs", "kcl-rs-tuned": "kcl-rs", "async-kinesis": "async-kinesis"}
 
 
@@ -251,7 +256,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"no plots ({exc})")
     print(f"wrote {args.out} in {results['wall_seconds']} s")
     bad = [f"{size}/{name}" for size, runs in results["runs"].items() for name, r in runs.items()
-           if name == "ours" and (r.get("error") or r["records"]["lost"] or r["records"]["other_duplicates"])]
+           if name in ("ours", "ours-k8s") and (r.get("error") or r["records"]["lost"] or r["records"]["other_duplicates"])]
     return 1 if bad else 0
 
 

@@ -58,6 +58,10 @@ class PeerSpec:
     """Run with this repository on PYTHONPATH (only our own members: async-kinesis's package
     is also called ``kinesis``)."""
     settings: str = ""
+    kubernetes: bool = False
+    """Serve the members a Kubernetes API (the tests' fake API server, over HTTP): each
+    member's pod is listed when it starts and deleted when it exits after a SIGTERM (a
+    SIGKILLed member's pod stays listed, the worst case)."""
 
 
 def cpu_seconds(pid: int) -> float | None:
@@ -95,6 +99,17 @@ class ProcessRun:
         self._stop_sampling = threading.Event()
         self._lock = threading.Lock()
         self.t0 = time.monotonic()
+        self.kube: Any = None
+
+    def _serve_kubernetes(self) -> None:
+        from tests.support.fake_k8s import FakeKubernetes
+
+        self.kube = FakeKubernetes().start()
+        (self.out_dir / "kubeconfig").write_text(
+            "apiVersion: v1\nkind: Config\ncurrent-context: fake\n"
+            f"clusters: [{{name: fake, cluster: {{server: '{self.kube.url}'}}}}]\n"
+            "users: [{name: fake, user: {token: fake}}]\n"
+            "contexts: [{name: fake, context: {cluster: fake, user: fake, namespace: default}}]\n")
 
     # --- members ---------------------------------------------------------------------------
 
@@ -110,6 +125,9 @@ class ProcessRun:
         cmd = [self.spec.python, str(self.spec.script), "--endpoint", proxy.endpoint_url,
                "--stream", self.stream, "--application", self.application, "--member-id", name,
                "--out-dir", str(self.out_dir), *self.spec.extra_args]
+        if self.kube is not None:
+            self.kube.add_pod(name, {"app": "bench"})
+            cmd += ["--kubeconfig", str(self.out_dir / "kubeconfig"), "--k8s-selector", "app=bench"]
         if self.spec.pass_table:
             cmd += ["--table", self.table]
         env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
@@ -269,6 +287,8 @@ class ProcessRun:
         phases: dict[str, Any] = {}
         windows: dict[str, Any] = {}
         produced: list[Produced] = []
+        if self.spec.kubernetes:
+            self._serve_kubernetes()
         with MotoProcess() as moto:
             self.moto = moto
             kinesis = client_for("kinesis", moto.endpoint_url)
@@ -305,6 +325,8 @@ class ProcessRun:
                     except subprocess.TimeoutExpired:
                         self.procs[victim].kill()
                         phases[phase]["victim_exit_code"] = "did not exit in 30 s (killed)"
+                    if self.kube is not None and sig == signal.SIGTERM:
+                        self.kube.delete_pod(victim)
                     self.log(f"  {phase}: {phases[phase]}")
                 self.mark("steady")
                 windows["steady"] = self.window(steady_s)
@@ -328,6 +350,8 @@ class ProcessRun:
                         p.wait()
                 for proxy in self.proxies.values():
                     proxy.stop()
+                if self.kube is not None:
+                    self.kube.stop()
         analysis = self.analyse(produced)
         return {"phases": phases, "windows": windows, "records": analysis,
                 "phase_marks_s": dict(self.phase_marks), "timeline": self.timeline,
