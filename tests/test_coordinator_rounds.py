@@ -322,12 +322,12 @@ class FlakyTable(LeaseTable):
         self.handoff_calls = 0
         self.fail_create: set[str] = set()
 
-    def handoff(self, lease: Lease, to: str) -> Lease:
+    def handoff(self, lease: Lease, to: str, **kwargs: Any) -> Lease:
         self.handoff_calls += 1
         if self.fail_handoffs:
             self.fail_handoffs -= 1
             raise _denied("UpdateItem")
-        return super().handoff(lease, to)
+        return super().handoff(lease, to, **kwargs)
 
     def create_lease_if_absent(self, key: str, **kwargs: Any) -> Lease | None:
         if key in self.fail_create:

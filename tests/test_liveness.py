@@ -141,6 +141,28 @@ def test_a_corrupt_plan_head_is_replaced_by_the_chore_owner() -> None:
     assert max(fleet.counts().values()) - min(fleet.counts().values()) <= 1
 
 
+def test_a_corrupt_plan_head_is_replaced_without_any_change_of_the_member_list() -> None:
+    # with nothing pending, the head was read only at the backstop recheck (30 lease durations):
+    # a head corrupted in steady state stayed unreadable that long (fleetsim seed 900142, fast:
+    # corrupt at t=19, still unreadable at the end, t=66). The last publisher now reads its head
+    # every OWNER_RECHECK_TICKS ticks and replaces an unreadable one
+    from kinesis.lease_loop.published_plan import OWNER_RECHECK_TICKS
+
+    memory = MemoryDynamoDB()
+    fleet = Fleet(memory_table(memory), KEYS, ["a", "b", "c"], reads="scoped")
+    settle(fleet)
+    head = plan_head(memory)
+    assert head is not None
+    before = int(head["version"]["N"])
+    memory.corrupt("__manifest__#plan", {"leaseKey": {"S": "__manifest__#plan"}, "garbage": {"S": "x"}})
+    rounds_until(fleet, lambda: "version" in (plan_head(memory) or {}), limit=OWNER_RECHECK_TICKS + 4)
+    head = plan_head(memory)
+    assert head is not None and int(head["version"]["N"]) > before
+    settle(fleet)
+    assert {c._reads._planner.published.version for c in fleet.coordinators.values()} \
+        <= {int(head["version"]["N"]), before}  # no one goes back; followers catch up on their own schedule
+
+
 def test_two_members_that_both_own_the_plan_chore_do_not_republish_every_round() -> None:
     # c owns the plan chore among a, b, c; with the newcomer n3 listed, n3 owns it. While c's
     # member list lags (it does not list n3 yet), both publish: each read the other's plan,

@@ -401,8 +401,10 @@ class LeaseCoordinator:
         held = self._holder.keys()
         for key in set(self._holder.offered()) & held:  # taken back
             self._holder.offer_resolved(key)
-        if view.inbox:  # looked at: adopted, or not offered to this member (any more)
-            self._holder.handled({k for k in view.inbox if k in held or not self._offered_to_me(snap.rows.get(k))})
+        # looked at: adopted, or not offered to this member (any more); offers of keys it holds
+        # already (not read again) too, or they would stay on its session row for good
+        looked_at = {k for k in view.inbox if k in held or not self._offered_to_me(snap.rows.get(k))}
+        self._holder.handled(looked_at | (self._holder.inbox() & held))
         self._handoffs.run(snap, self._fresh)
 
     def _offered_to_me(self, lease: Lease | None) -> bool:

@@ -358,6 +358,8 @@ def takes(snap: Snapshot, keys: Iterable[str]) -> Takes:
             if past < candidates.index(me) * timing.backup_grace:
                 continue
             kind = "offers_withdrawn" if offer else "acquired" if free else "takeovers"
+        elif stands_in(snap, owners, holder):
+            kind = "offers_withdrawn" if offer else "acquired" if free else "takeovers"
         elif unchanged >= timing.orphan_timeout:
             kind = "orphans_taken"
         else:
@@ -365,6 +367,38 @@ def takes(snap: Snapshot, keys: Iterable[str]) -> Takes:
         check = session_check(seen, snap.sessions) if lease is not None else None
         out.append(Take(key, "created" if lease is None and kind == "acquired" else kind, lease, check))
     return Takes(timers, tuple(out))
+
+
+def session_gone(snap: Snapshot, member: str) -> bool:
+    """Whether ``member``'s session row, read this round, has not changed (or has been missing)
+    for a lease duration: it runs no chain, so it can take nothing (unknown: False)."""
+    session = snap.sessions.get(member)
+    return (session is not None and session.read_at >= snap.now
+            and snap.now - session.since >= snap.timing.lease_duration)
+
+
+def stands_in(snap: Snapshot, owners: Sequence[str], holder: str | None) -> bool:
+    """Whether this member takes a key of ``owners`` (held by ``holder``) in the takeover order's
+    place: every owner but the holder has a session gone for a lease duration (listed members
+    that never ran, or crashed) and this member is the first member after the owners in the
+    sorted member list whose session is not (as a stopping member hands a lease on). It then
+    takes the lease as its first backup would, instead of after ``orphan_timeout``: with
+    scoped reads it is the member that reads the keys of a run of stalled members."""
+    plan = snap.plan
+    if plan is None or snap.me in owners:
+        return False
+    if any(not session_gone(snap, o) for o in owners if o != holder):
+        return False
+    members = plan.members
+    start = members.index(owners[-1]) + 1 if owners[-1] in members else 0
+    for member in (*members[start:], *members[:start]):
+        if member == snap.me:
+            return True
+        if member in owners or member == holder:
+            continue
+        if not session_gone(snap, member):
+            return False  # a member that may be running comes first
+    return False
 
 
 def handoff_target(snap: Snapshot, key: str) -> str | None:

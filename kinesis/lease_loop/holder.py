@@ -88,8 +88,9 @@ class Held:
     handoff: Handoff | None = None
     gone: bool = False
     started: bool = True  # False: adopted while stopping, handed on without processing
-    unconfirmed: str | None = None
-    """The write token of its last write that was answered with an error (it may have been applied)."""
+    unconfirmed: tuple[str, ...] = ()
+    """The write tokens of its writes answered with an error since its last confirmed write (any
+    of them may have been applied: a later one that failed need not have been)."""
 
 
 class LeaseHolder:
@@ -114,7 +115,7 @@ class LeaseHolder:
         self._uncertain: float | None = None  # send time of a renewal answered with an error
         self._chain_until = -math.inf  # the current session chain lasts until then
         self._epoch = 0  # the current chain (a new one starts when a renewal comes back too late)
-        self._abandoned: list[tuple[Lease, str | None]] = []  # given up, release failed (lease, its unconfirmed token)
+        self._abandoned: list[tuple[Lease, tuple[str, ...]]] = []  # given up, release failed (lease, its unconfirmed tokens)
         self.members_version = 0
         """The newest member list version this member's session row was told of."""
         self.session_since = math.inf
@@ -420,13 +421,13 @@ class LeaseHolder:
                                            prior_token=h.unconfirmed)
                 h.valid_until = stamp + self._timing.validity
                 h.epoch = self._chain_of(stamp)
-                h.unconfirmed = None
+                h.unconfirmed = ()
                 self.count("renewals")
                 return False
             except LeaseLostError as exc:
                 log.warning("%s: lost lease %s (another member took it): %s", self._me, key, exc)
             except KinesisHashRingError as exc:
-                h.unconfirmed = token
+                h.unconfirmed = (*h.unconfirmed, token)
                 self.count("renew_failures")
                 log.warning("%s: could not renew %s: %s", self._me, key, exc)
                 if self._valid(h, self._clock()):
@@ -451,7 +452,7 @@ class LeaseHolder:
         return self._write_held(key, "checkpoints_prepared", lambda lease, token, prior: self.table.prepare_checkpoint(
             lease, checkpoint, session=self.session, leased=self.chain_alive(), token=token, prior_token=prior))
 
-    def _write_held(self, key: str, counter: str, write: Callable[[Lease, str, str | None], Lease]) -> Lease:
+    def _write_held(self, key: str, counter: str, write: Callable[[Lease, str, tuple[str, ...]], Lease]) -> Lease:
         """One fenced write of the holder to ``key`` (from any thread); it renews the lease.
         ``write(lease, token, prior_token)``: a write answered with an error is remembered by
         its token, so the next one recognises it if it was applied after all."""
@@ -475,10 +476,10 @@ class LeaseHolder:
                         self._lost.append(held.lease)
                 raise
             except KinesisHashRingError:
-                held.unconfirmed = token
+                held.unconfirmed = (*held.unconfirmed, token)
                 raise
             held.lease = new
-            held.unconfirmed = None
+            held.unconfirmed = ()
             held.valid_until = stamp + self._timing.validity
             held.epoch = self._chain_of(stamp)
             self.count(counter)
@@ -493,7 +494,7 @@ class LeaseHolder:
             if held.gone:
                 return False
             try:
-                self.table.release(held.lease)
+                self.table.release(held.lease, prior_token=held.unconfirmed)
                 self.count("releases")
             except LeaseLostError:
                 self.count("leases_lost")
@@ -512,12 +513,12 @@ class LeaseHolder:
                 return False
             try:
                 if target is None:
-                    self.table.release(h.lease)
+                    self.table.release(h.lease, prior_token=h.unconfirmed)
                     self.count("releases")
                 else:
                     if not self.table.offer(target, key):
                         return None
-                    written = self.table.handoff(h.lease, target)
+                    written = self.table.handoff(h.lease, target, prior_token=h.unconfirmed)
                     with self.lock:
                         self._offered[key] = Offered(target, written.counter, self._clock())
                     self.count("handoffs")

@@ -305,7 +305,7 @@ class LeaseTable:
         return m.lease_from_item(item)
 
     def renew(self, lease: Lease, *, pending_handoff: str | None = _KEEP, session: str | None = None,
-              leased: bool = True, token: str | None = None, prior_token: str | None = None) -> Lease:
+              leased: bool = True, token: str | None = None, prior_token: str | Iterable[str] | None = None) -> Lease:
         """Bump the counter (the holder confirms it still holds the lease); optionally set or
         clear ``pendingHandoffTo``. ``session``: the holder's session token, recorded with this
         write (as every holder write of a :class:`~kinesis.lease_loop.coordinator.LeaseCoordinator`
@@ -333,17 +333,19 @@ class LeaseTable:
             )
         return self._fenced(lease, "adopt", {}, [m.HANDED_OFF_BY], session=session)
 
-    def handoff(self, lease: Lease, to: str) -> Lease:
-        """Pass the lease to ``to`` in one write, keeping the checkpoint; ``to`` adopts it at once."""
+    def handoff(self, lease: Lease, to: str, *, prior_token: str | Iterable[str] | None = None) -> Lease:
+        """Pass the lease to ``to`` in one write, keeping the checkpoint; ``to`` adopts it at once
+        (``prior_token``: see :meth:`_fenced`)."""
         check_member(to)
         if to == lease.owner:
             raise ConfigurationError(f"cannot hand lease {lease.key!r} off to its own owner {to!r}")
         switches = lease.owner_switches_since_checkpoint + 1
         set_ = {m.OWNER: {"S": to}, m.HANDED_OFF_BY: {"S": lease.owner or ""}, m.OWNER_SWITCHES: num(switches),
                 m.STATE: {"S": held_state(lease.checkpoint, None).value}}  # an offer: timed by its row
-        return self._fenced(lease, "hand off", set_, [m.PENDING_HANDOFF, *m.SESSION_ATTRIBUTES])
+        return self._fenced(lease, "hand off", set_, [m.PENDING_HANDOFF, *m.SESSION_ATTRIBUTES],
+                            prior_token=prior_token)
 
-    def release(self, lease: Lease, *, prior_token: str | None = None) -> Lease:
+    def release(self, lease: Lease, *, prior_token: str | Iterable[str] | None = None) -> Lease:
         """Give the lease up (evict): the row stays with its checkpoint and no owner
         (``prior_token``: see :meth:`_fenced`)."""
         return self._fenced(lease, "release", {m.STATE: {"S": held_state(lease.checkpoint, None).value}},
@@ -354,7 +356,7 @@ class LeaseTable:
     """KCL's name for :meth:`release`."""
 
     def checkpoint(self, lease: Lease, checkpoint: Checkpoint | str, *, session: str | None = None,
-                   leased: bool = True, token: str | None = None, prior_token: str | None = None) -> Lease:
+                   leased: bool = True, token: str | None = None, prior_token: str | Iterable[str] | None = None) -> Lease:
         """Record progress; fenced by owner + counter and by ``checkpointOrder <= new``.
 
         Raises :class:`LeaseLostError` if the lease moved, :class:`CheckpointRegressionError`
@@ -368,7 +370,7 @@ class LeaseTable:
 
     def prepare_checkpoint(self, lease: Lease, checkpoint: Checkpoint | str, *,
                            session: str | None = None, leased: bool = True, token: str | None = None,
-                           prior_token: str | None = None) -> Lease:
+                           prior_token: str | Iterable[str] | None = None) -> Lease:
         """Record a pending checkpoint (the first phase of a two-phase checkpoint).
 
         Fenced like :meth:`checkpoint` (owner + counter, and ``checkpointOrder <= new``: a
@@ -402,7 +404,7 @@ class LeaseTable:
         session: str | None = None,
         leased: bool = True,
         token: str | None = None,
-        prior_token: str | None = None,
+        prior_token: str | Iterable[str] | None = None,
     ) -> Lease:
         """A write by the holder, conditional on owner and counter (and, writing the checkpoint
         or a pending one ``new_checkpoint``, on ``checkpointOrder <= new``); bumps the counter
@@ -412,10 +414,10 @@ class LeaseTable:
         while its session cannot be renewed).
 
         ``token``: this write's ``writeToken`` (default: a fresh one). ``prior_token``: the
-        token of this holder's last write of the lease that was answered with an error after
-        its retries: if the condition fails on a row carrying it, that write was applied after
-        all, and this one is made again on top of it (so an ambiguous write is never taken
-        for a lost lease)."""
+        token (or tokens) of this holder's writes of the lease that were answered with an error
+        after their retries since its last confirmed one: if the condition fails on a row
+        carrying one, that write was applied after all, and this one is made again on top of
+        it (so an ambiguous write is never taken for a lost lease)."""
         if lease.owner is None:
             raise LeaseLostError(f"cannot {what} lease {lease.key!r}: it has no owner (take it first)")
         token = token or uuid.uuid4().hex
@@ -430,10 +432,14 @@ class LeaseTable:
             )
         except ConditionFailed as failed:
             current = failed.current
-            if prior_token and current is not None and current.get(m.WRITE_TOKEN, {}).get("S") == prior_token:
+            priors = {prior_token} if isinstance(prior_token, str) else set(prior_token or ())
+            if current is not None and current.get(m.WRITE_TOKEN, {}).get("S") in priors:
                 earlier = m.lease_from_item(current)
                 if earlier.owner == lease.owner:  # our own earlier write, applied after all
+                    # made again under this write's token (not applied: the row does not carry it),
+                    # so a caller that remembers it recognises this write too if it is answered
+                    # with an error
                     return self._fenced(earlier, what, set_, remove, new_checkpoint=new_checkpoint,
-                                        session=session, leased=leased, token=uuid.uuid4().hex)
+                                        session=session, leased=leased, token=token)
             raise explain_failure(lease, what, failed.current, new_checkpoint) from None
         return m.lease_from_item(item)

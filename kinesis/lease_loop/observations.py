@@ -87,15 +87,20 @@ class Observations:
         for member in [m for m, s in self.sessions.items() if s.token is None and m not in owners and m not in keep]:
             del self.sessions[member]
 
-    def behind(self, rows: Mapping[str, Lease | None], sessions: Mapping[str, SessionRow | None]
-               ) -> tuple[list[str], list[str]]:
-        """The rows and session rows read that are older than what this member already saw (a
-        lower counter, or no row where one was seen: an eventually consistent read from a stale
-        replica). Such a read is no news: the caller reads them again, strongly consistent,
-        instead of restarting their timers (stale reads that restart a timer can postpone a
-        takeover for as long as they keep coming)."""
-        keys = [k for k, lease in rows.items() if (s := self.seen.get(k)) is not None
-                and s.counter is not None and (lease is None or lease.counter < s.counter)]
+    def behind(self, rows: Mapping[str, Lease | None], sessions: Mapping[str, SessionRow | None],
+               written: Mapping[str, int] | None = None) -> tuple[list[str], list[str]]:
+        """The rows and session rows read that are older than what this member already saw or
+        wrote itself (a lower counter than seen, or than ``written``: key -> the counter of this
+        member's own write, e.g. an offer it made; or no row where one was seen or written: an
+        eventually consistent read from a stale replica). Such a read is no news: the caller
+        reads them again, strongly consistent, instead of restarting their timers (stale reads
+        that restart a timer can postpone a takeover for as long as they keep coming, and a
+        stale read of an offer's row would make its maker forget the offer)."""
+        floors = {k: s.counter for k, s in self.seen.items() if s.counter is not None}
+        for key, counter in (written or {}).items():
+            floors[key] = max(counter, floors.get(key, counter))
+        keys = [k for k, lease in rows.items() if (floor := floors.get(k)) is not None
+                and (lease is None or lease.counter < floor)]
         members = [m for m, row in sessions.items() if row is not None and (s2 := self.sessions.get(m)) is not None
                    and s2.token is not None and s2.token == row.token and row.counter < s2.counter]
         return keys, members

@@ -35,7 +35,9 @@ would never look again, and offers made to it under the newer plan would wait fo
 every session row records the version its member plans from (``planVersion``), and every
 member reads its predecessor's session row (in the sorted member list) at each backup check,
 even without backups: a newer version there makes it read the head at its next tick; and
-every ``recheck_interval`` (the sweep interval) each member reads it anyway. In steady state
+every ``recheck_interval`` (the sweep interval) each member reads it anyway. The member that
+wrote the head it last saw (its ``owner``) reads it every ``OWNER_RECHECK_TICKS`` ticks, so an
+unreadable head is replaced within that bound even when no change ever comes. In steady state
 (plan = baseline) nothing else is read.
 
 The plan is advice, not a lock: every take and hand-off stays a conditional write on the
@@ -82,6 +84,9 @@ once its own inputs and that head have both been unchanged this many ticks, doub
 every such overwrite until its inputs change: two members that both own the chore in their
 own member lists take turns at most that often instead of every round."""
 MAX_SETTLE_DOUBLINGS = 4
+OWNER_RECHECK_TICKS = 10
+"""Ticks between two reads of the head by the member that wrote it last (when nothing is
+pending; an unreadable head is then replaced by it or the chore's next owner): one small read."""
 
 
 @dataclass(frozen=True)
@@ -137,6 +142,7 @@ class PublishedPlan:
         self._inputs_since = -math.inf  # when they last changed (this member's clock)
         self._head_seen: tuple[int, float] = (0, -math.inf)  # a head version, and since when it is seen
         self._overwrites = 0  # other members' heads published over since the inputs last changed
+        self._head_owner = ""  # the owner of the head last read or written (the last publisher)
 
     def plan(self, members: tuple[str, ...], keys: tuple[str, ...],
              weights: Mapping[str, float] | None) -> Assignment:
@@ -198,6 +204,8 @@ class PublishedPlan:
         if pending:
             due = self._behind or now >= self._next_poll
         else:
+            if self._head_owner == self._me:  # the last publisher watches its head: a corrupt one is replaced
+                recheck_interval = min(recheck_interval, OWNER_RECHECK_TICKS * tick_interval)
             due = self._behind or now - self._last_read >= recheck_interval
         if not due:
             return
@@ -250,6 +258,7 @@ class PublishedPlan:
                 return False  # repaired by someone else meanwhile: read it next time
             return self._publish(store, head, plan)
         self._corrupt_since = None
+        self._head_owner = head.owner if head is not None else ""
         if head is not None and head.version != self._head_seen[0]:
             self._head_seen = (head.version, now)
         if self._differs(head):
@@ -288,6 +297,7 @@ class PublishedPlan:
         except ManifestConflictError:
             return False  # another publisher moved the head: read it next time
         self._adopt(written, plan)
+        self._head_owner = written.owner
         self._count("plans_published")
         log.info("%s: published plan version %d (%d keys, %d members)", self._me, written.version,
                  len(plan.owners), len(plan.members))

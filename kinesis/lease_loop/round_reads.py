@@ -142,7 +142,8 @@ class RoundReads:
         watched |= {s.owner for k in wanted if (s := self._obs.seen.get(k)) is not None
                     and s.session is not None and s.owner is not None and s.owner != self._me}
         session_list = self._members.session_membership
-        raw_keys = [session_list.head_key] if session_list is not None and self._head_due(session_list, now) else []
+        raw_keys = ([session_list.head_key] if session_list is not None
+                    and self._head_due(session_list, now, reading=bool(wanted or watched)) else [])
         rows, sessions, raw = (self._holder.table.read_round(wanted, watched, raw_keys)
                                if wanted or watched or raw_keys else ({}, {}, {}))
         rows, sessions = self._fresh(rows, sessions)
@@ -173,15 +174,20 @@ class RoundReads:
                ) -> tuple[dict[str, Lease | None], dict[str, SessionRow | None]]:
         """``rows`` and ``sessions`` with those read from a stale replica read again, strongly
         consistent (:meth:`Observations.behind`)."""
-        keys, members = self._obs.behind(rows, sessions)
+        keys, members = self._obs.behind(rows, sessions, self._written())
         if not keys and not members:
             return rows, sessions
         again_rows, again_sessions = self._holder.table.read_rows(keys, members, consistent=True)
         return {**rows, **again_rows}, {**sessions, **again_sessions}
 
+    def _written(self) -> dict[str, int]:
+        """The counters of this member's offers not adopted yet, as its hand-offs wrote them: a
+        row read below one is from a stale replica (the offer is not resolved by it)."""
+        return {key: offer.counter for key, offer in self._holder.offered().items()}
+
     def _fresh_snapshot(self, snapshot: TableSnapshot) -> TableSnapshot:
         """A sweep's snapshot with its stale rows read again (see :meth:`_fresh`)."""
-        keys, members = self._obs.behind(snapshot.leases, snapshot.sessions)
+        keys, members = self._obs.behind(snapshot.leases, snapshot.sessions, self._written())
         if not keys and not members:
             return snapshot
         rows, sessions = self._holder.table.read_rows(keys, members, consistent=True)
@@ -200,16 +206,18 @@ class RoundReads:
                              recheck_interval=min(self._s.sweep_interval, PLAN_RECHECK * self._s.timing.lease_duration))
         self._holder.plan_version = published.version
 
-    def _head_due(self, session_list: SessionMembership, now: float) -> bool:
+    def _head_due(self, session_list: SessionMembership, now: float, *, reading: bool) -> bool:
         """Whether this round reads the member list's head with its rows: while not listed,
-        and every ``backup_check_interval`` (a backstop); when its session row told of a newer
-        version, the head is read at once, strongly consistent."""
+        and every ``backup_check_interval`` (a backstop; up to half of it early when the round
+        reads rows anyway, so the head rides in the same request as the session samples); when
+        its session row told of a newer version, the head is read at once, strongly consistent."""
         if self._holder.members_version > session_list.known_version:
             try:
                 session_list.refresh()
             except KinesisHashRingError as exc:
                 log.warning("%s: could not read the member list: %s", self._me, exc)
-        if not session_list.listed or now >= self._next_head_read:
+        early = self._s.backup_check_interval / 2 if reading else 0.0
+        if not session_list.listed or now + early >= self._next_head_read:
             self._next_head_read = now + self._s.backup_check_interval
             return True
         return False
@@ -267,6 +275,8 @@ class RoundReads:
             if key not in read:
                 continue
             lease = rows.get(key)
+            if lease is not None and lease.counter < offer.counter:
+                continue  # a stale replica's row, from before the offer (counters only grow): no news
             if lease is None or (lease.owner, lease.counter, lease.handed_off_by) != (offer.target, offer.counter,
                                                                                        self._me):
                 self._holder.offer_resolved(key)

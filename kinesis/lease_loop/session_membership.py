@@ -28,6 +28,7 @@ on the conditional lease writes, so a stale list costs time, never a lease.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import math
@@ -61,6 +62,11 @@ write each); in larger fleets they find it at their next check of the head."""
 
 def encode(members: tuple[str, ...]) -> bytes:
     return json.dumps({"format": FORMAT, "members": list(members)}, separators=(",", ":")).encode()
+
+
+def _digest(members: tuple[str, ...]) -> str:
+    """The digest a head records for ``members`` (:meth:`ManifestStore.publish`)."""
+    return hashlib.sha256(encode(members)).hexdigest()
 
 
 def decode(payload: bytes, where: str) -> tuple[str, ...]:
@@ -161,25 +167,46 @@ class SessionMembership:
         try:
             head = self.store.head_of(dict(item))
         except ManifestCorruptError as exc:
-            log.warning("%s: the member list's head is unreadable (%s); the next change replaces it",
+            log.warning("%s: the member list's head is unreadable (%s); replacing it from what it knows",
                         self._self_id, exc.reason)
+            self._repair()
             return
+        self._follow(head)
+
+    def _follow(self, head: ManifestHead) -> None:
+        """Read the list if ``head`` moved past what this member knows; repair it if it went
+        back (rebuilt after it was lost or corrupt, from less than this member knows)."""
         with self._lock:
-            if head.version <= self._version:
-                return
+            behind = self._behind(head)
+            moved = head.version > self._version
+        if behind:
+            log.warning("%s: the member list went back to version %d (it knew %d): merging what it knows",
+                        self._self_id, head.version, self.known_version)
+            self._repair()
+        elif moved:
+            try:
+                self._read(head)
+            except (ManifestConflictError, ManifestCorruptError) as exc:
+                log.warning("%s: the member list could not be read (next time): %s", self._self_id, exc)
+
+    def _behind(self, head: ManifestHead) -> bool:
+        """Whether ``head`` holds less than this member knows: an older version, or its own
+        version with another list (called with the lock held)."""
+        if head.version < self._version:
+            return True
+        return head.version == self._version > 0 and head.digest != _digest(self._members)
+
+    def _repair(self) -> None:
         try:
-            self._read(head)
-        except (ManifestConflictError, ManifestCorruptError) as exc:
-            log.warning("%s: the member list could not be read (next time): %s", self._self_id, exc)
+            self._change()
+        except KinesisHashRingError as exc:
+            log.warning("%s: could not repair the member list (next time): %s", self._self_id, exc)
 
     def refresh(self) -> tuple[str, ...]:
         """Read the head (consistent) and the list if it moved; the members."""
         head = self._head()
         if head is not None:
-            with self._lock:
-                moved = head.version > self._version
-            if moved:
-                self._read(head)
+            self._follow(head)
         return self.members()
 
     # --- internals --------------------------------------------------------------------
@@ -205,7 +232,10 @@ class SessionMembership:
 
     def _change(self, *, add: str | None = None, drop: str | None = None) -> None:
         """Apply one change to the list the head holds and publish it, conditional on that
-        head (a racing change: read again and retry, up to :data:`ATTEMPTS` times)."""
+        head (a racing change: read again and retry, up to :data:`ATTEMPTS` times). A head that
+        holds less than this member knows (rebuilt after it was corrupt or lost) gets this
+        member's list merged in, and every publish goes past the newest version it knows, so
+        no member ignores the new list as old news."""
         for _ in range(ATTEMPTS):
             try:
                 head = self.store.head(consistent=True)
@@ -220,13 +250,17 @@ class SessionMembership:
                 current = decode(self.store.read(head), self.store.head_key) if head is not None and head.chunks else ()
             except (ManifestCorruptError, ManifestConflictError):
                 current = self.members()  # unreadable chunks: publish over them from what it knows
-            wanted = tuple(sorted({*current, *([add] if add else [])} - ({drop} if drop else set())))
-            if head is not None and wanted == current:
+            with self._lock:
+                known = self._members if head is None or self._behind(head) else ()
+                newest = self._version
+            wanted = tuple(sorted({*current, *known, *([add] if add else [])} - ({drop} if drop else set())))
+            if head is not None and wanted == current and head.version >= newest:
                 self._set(current, head.version)
                 return
             try:
-                seen = head if head is not None else self.store.claim(self._self_id, None)
-                written = self.store.publish(replace(seen, owner=self._self_id), encode(wanted))
+                seen = head if head is not None else self.store.claim(self._self_id, None, version=newest)
+                written = self.store.publish(replace(seen, owner=self._self_id, version=max(seen.version, newest)),
+                                             encode(wanted))
             except ManifestConflictError:
                 continue
             self.publishes += 1

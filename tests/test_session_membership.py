@@ -1,0 +1,145 @@
+"""SessionMembership, the Worker's default: the member list as a document its members keep.
+
+Coordinators with ``reads="scoped"`` over one in-memory lease table (DynamoDB's conditional
+writes; ``tests/test_memory_dynamodb.py`` holds it to moto), driven tick by tick on one
+FakeClock, checking after every round that no key has two holders. What must hold: a member
+joins by publishing itself, leaves by publishing the list without itself, a dead member is
+removed by its watcher a lease duration after its session stopped, everyone learns of each
+change within a tick, and nothing is scanned or re-published in steady state.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import pytest
+
+from kinesis.lease_loop.clock import FakeClock
+from kinesis.lease_loop.coordinator import LeaseCoordinator
+from kinesis.lease_loop.leases import LeaseTable
+from kinesis.lease_loop.session_membership import SessionMembership, decode, encode
+from tests.support.memory_dynamodb import MemoryDynamoDB
+
+KEYS = [f"k{i:02d}" for i in range(12)]
+D = 3.0
+
+
+class Fleet:
+    def __init__(self, members: list[str]):
+        self.memory = MemoryDynamoDB()
+        self.clock = FakeClock(1000.0)
+        self.table = LeaseTable(self.memory, "sessions-list", retry_attempts=2, sleep=lambda s: None).ensure_table()
+        self.coordinators: dict[str, LeaseCoordinator] = {}
+        self.dead: set[str] = set()
+        for m in members:
+            self.add(m)
+
+    def add(self, member: str) -> LeaseCoordinator:
+        membership = SessionMembership(self.table, member, clock=self.clock)
+        self.coordinators[member] = LeaseCoordinator(self.table, membership, KEYS, lease_duration=D,
+                                                     replicas=1, clock=self.clock, reads="scoped")
+        return self.coordinators[member]
+
+    def live(self) -> list[str]:
+        return sorted(m for m in self.coordinators if m not in self.dead)
+
+    def round(self) -> None:
+        for m in self.live():
+            self.coordinators[m].tick()
+        self.check()
+        self.clock.advance(D / 3)
+
+    def check(self) -> None:
+        holders = Counter(k for m in self.live() for k in self.coordinators[m].held_keys()
+                          if self.coordinators[m].holds(k))
+        assert all(n == 1 for n in holders.values()), holders
+
+    def lists(self) -> dict[str, tuple[str, ...]]:
+        return {m: self.coordinators[m].membership.members() for m in self.live()}
+
+    def until(self, done: object, limit: int) -> int:
+        for n in range(limit + 1):
+            if done():  # type: ignore[operator]
+                return n
+            self.round()
+        raise AssertionError(f"not within {limit} rounds: lists {self.lists()}")
+
+    def counts(self) -> list[int]:
+        return [len(self.coordinators[m].held_keys()) for m in self.live()]
+
+    def calls(self, operation: str) -> int:
+        return self.memory.calls[operation]
+
+
+def everyone_lists(fleet: Fleet, members: list[str]) -> bool:
+    return all(listed == tuple(members) for listed in fleet.lists().values())
+
+
+def balanced(fleet: Fleet) -> bool:
+    counts = fleet.counts()
+    return sum(counts) == len(KEYS) and max(counts) - min(counts) <= 1
+
+
+def test_members_join_by_publishing_themselves_and_everyone_lists_everyone() -> None:
+    fleet = Fleet(["a", "b", "c"])
+    fleet.until(lambda: everyone_lists(fleet, ["a", "b", "c"]), limit=6)
+    fleet.until(lambda: balanced(fleet), limit=int(4 * D / (D / 3)))
+    fleet.add("d")
+    joined = fleet.until(lambda: everyone_lists(fleet, ["a", "b", "c", "d"]), limit=6)
+    assert joined <= 3  # the newcomer publishes, and tells the others on their session rows
+    fleet.until(lambda: balanced(fleet), limit=int(4 * D / (D / 3)))
+
+
+def test_a_graceful_stop_leaves_the_list_at_once() -> None:
+    fleet = Fleet(["a", "b", "c"])
+    fleet.until(lambda: everyone_lists(fleet, ["a", "b", "c"]) and balanced(fleet), limit=20)
+    fleet.coordinators["b"].begin_stop(graceful=True)  # leaves the list, then hands its leases off
+    assert fleet.until(lambda: all(fleet.lists()[m] == ("a", "c") for m in ("a", "c")), limit=4) <= 2
+    fleet.until(lambda: not fleet.coordinators["b"].held_keys(), limit=6)
+    fleet.dead.add("b")
+    fleet.until(lambda: balanced(fleet), limit=6)
+
+
+def test_a_dead_member_is_removed_by_its_watcher_a_lease_duration_after_its_session_stopped() -> None:
+    fleet = Fleet(["a", "b", "c"])
+    fleet.until(lambda: everyone_lists(fleet, ["a", "b", "c"]) and balanced(fleet), limit=20)
+    fleet.dead.add("b")  # SIGKILL: no leave
+    rounds = fleet.until(lambda: everyone_lists(fleet, ["a", "c"]), limit=int(3 * D / (D / 3)))
+    assert rounds * D / 3 <= D + D / 2 + 2 * D / 3  # lease + backup check + a round either side
+    fleet.until(lambda: balanced(fleet), limit=int(4 * D / (D / 3)))
+
+
+def test_steady_state_scans_nothing_and_publishes_nothing() -> None:
+    fleet = Fleet(["a", "b", "c"])
+    fleet.until(lambda: everyone_lists(fleet, ["a", "b", "c"]) and balanced(fleet), limit=20)
+    for _ in range(int(2 * D / (D / 3))):  # past the settling window
+        fleet.round()
+    publishes = sum(c.membership.publishes for c in fleet.coordinators.values())  # type: ignore[attr-defined]
+    scans = fleet.calls("Scan")
+    for _ in range(int(10 * D / (D / 3))):
+        fleet.round()
+    assert fleet.calls("Scan") == scans
+    assert sum(c.membership.publishes for c in fleet.coordinators.values()) == publishes  # type: ignore[attr-defined]
+
+
+def test_racing_joins_both_end_up_listed() -> None:
+    fleet = Fleet(["a"])
+    fleet.until(lambda: everyone_lists(fleet, ["a"]), limit=4)
+    fleet.add("b")
+    fleet.add("c")  # both publish against the same head in one round: one retries on the new one
+    fleet.until(lambda: everyone_lists(fleet, ["a", "b", "c"]), limit=6)
+
+
+def test_a_corrupt_list_is_replaced_by_the_next_change() -> None:
+    fleet = Fleet(["a", "b"])
+    fleet.until(lambda: everyone_lists(fleet, ["a", "b"]), limit=6)
+    head_key = fleet.coordinators["a"].membership.head_key  # type: ignore[attr-defined]
+    fleet.memory.put_item(TableName=fleet.table.table_name,
+                          Item={"leaseKey": {"S": head_key}, "garbage": {"S": "\x00not a row"}})
+    fleet.add("c")
+    fleet.until(lambda: everyone_lists(fleet, ["a", "b", "c"]), limit=8)
+
+
+@pytest.mark.parametrize("members", [(), ("a",), ("a", "b", "c")])
+def test_the_list_encodes_and_decodes(members: tuple[str, ...]) -> None:
+    assert decode(encode(members), "here") == members
