@@ -19,7 +19,8 @@ per stream and lets everyone else read one small row:
   so a chore whose candidates are listed but never run (older builds during a rolling upgrade,
   dead pods) reaches a running member within ``orphan_timeout + poll_interval``. Every head
   write is conditional on the counter read, so two members never both publish.
-* **Everyone** reads the head every ``poll_interval`` (the chore's candidates every tick) and
+* **Everyone** reads the head every ``poll_interval`` (the chore's candidates, and a member
+  that has no version yet, every tick) and
   the chunks only when its version moves. A new version takes effect ``poll_interval`` after it
   was published, so every member plans with the same key set at about the same moment. Its
   age is told by the head's counter (the owner adds one every tick; the version records the
@@ -203,7 +204,9 @@ class ShardManifestSync(ShardSync):
         candidates = self._candidates(stream.spec, members)
         mine = stream.head is not None and stream.head.owner == self.member_id
         watching = mine or self.member_id in candidates
-        interval = self.tick_interval if watching else self.poll_interval
+        # the chore's candidates, and a member that has no version yet (starting with the
+        # fleet), read the head every tick: the first version is planned at once, not a poll late
+        interval = self.tick_interval if watching or stream.effective is None else self.poll_interval
         if stream.polled_at is None or now - stream.polled_at >= interval:
             stream.polled_at = now
             self._observe(stream, stream.store.head(consistent=watching), now)

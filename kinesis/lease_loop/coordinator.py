@@ -210,7 +210,7 @@ class LeaseCoordinator:
                                  self._obs, self._scoped, planner, self._record, clock)
         self._acquisitions = Acquisitions(self._holder, self._listener, self._pool, me, s.initial_checkpoint)
         self._handoffs = Handoffs(self._holder, self._listener, self._pool, me, self._loop.wake,
-                                  lambda member: self._obs.absent(member, clock(), t.tick_interval))
+                                  lambda member: self._obs.absent(member, clock(), t.scan_interval))
         self._fresh: set[str] = set()  # keys acquired during the current round
 
     # --- public API --------------------------------------------------------------------

@@ -84,6 +84,7 @@ class RoundReads:
         self.last_full: TableSnapshot | None = None
         """The last full scan."""
         self._next_head_read = -math.inf  # SessionMembership: the next backstop read of its head
+        self._list_moved: tuple[int, float] = (-1, -math.inf)  # its version as last seen, and since when
 
     def read(self, *, full: bool) -> RoundView | None:
         """This round's view; None if the member list is unreadable. ``full``: a tick."""
@@ -110,7 +111,7 @@ class RoundReads:
         self._resolve_offers(snapshot.leases, set(snapshot.leases) | set(self._holder.offered()))
         snap = self._snapshot(now, snapshot.leases, keys)
         self._obs.suspect(snap, active)
-        ready = self._me in listed and not self._holder.stopping
+        ready = self._ready(listed, now)
         plan = self._planner(listed, self._obs.suspicions.suspects, keys, snapshot.leases, ready=ready)
         self.last_plan = plan
         self._follow_plan(snapshot.sessions.values(), listed, now, full=full, ready=ready)
@@ -121,13 +122,14 @@ class RoundReads:
         that can change a decision of this member (planned for it but not held; its backup
         keys every ``backup_check_interval``; on a tick with nothing else, one key)."""
         assert self.last_full is not None
+        self._follow_young_list()
         listed = self._read_members()
         if listed is None:
             return None
         keys = self._keys(self.last_full)
-        ready = self._me in listed and not self._holder.stopping
-        plan = self._planner(listed, self._obs.suspicions.suspects, keys, self.last_full.leases, ready=ready)
         now = self._clock()
+        ready = self._ready(listed, now)
+        plan = self._planner(listed, self._obs.suspicions.suspects, keys, self.last_full.leases, ready=ready)
         self._scoped.new_plan(self.last_plan, plan, now)
         self.last_plan = plan
         held = self._holder.keys()
@@ -205,6 +207,32 @@ class RoundReads:
         self._planner.follow(listed, now, full=full, ready=ready, tick_interval=self._s.timing.tick_interval,
                              recheck_interval=min(self._s.sweep_interval, PLAN_RECHECK * self._s.timing.lease_duration))
         self._holder.plan_version = published.version
+
+    def _ready(self, listed: list[str], now: float) -> bool:
+        """Whether this member plans with itself: listed and not stopping, and (a member of a
+        SessionMembership) not in the round it joined: from the next light round on, once it
+        has read the list again, so members that joined in one round see each other first."""
+        session_list = self._members.session_membership
+        settled = session_list is None or now - session_list.joined_at >= self._s.timing.scan_interval
+        return self._me in listed and not self._holder.stopping and settled
+
+    def _follow_young_list(self) -> None:
+        """A SessionMembership list that moved within a lease duration (a fleet starting,
+        members joining at once) is read before every round's plan, strongly consistent (one
+        GetItem): members that start together see each other before they take free leases,
+        instead of the first one taking every lease and handing them on."""
+        session_list = self._members.session_membership
+        if session_list is None:
+            return
+        now = self._clock()
+        version = session_list.known_version
+        if version != self._list_moved[0]:
+            self._list_moved = (version, now)
+        if now - self._list_moved[1] < self._s.timing.lease_duration:
+            try:
+                session_list.refresh()
+            except KinesisHashRingError as exc:
+                log.warning("%s: could not read the member list: %s", self._me, exc)
 
     def _head_due(self, session_list: SessionMembership, now: float, *, reading: bool) -> bool:
         """Whether this round reads the member list's head with its rows: while not listed,

@@ -101,6 +101,8 @@ class SessionMembership:
         self._left = False
         self._removed: dict[str, float] = {}  # member -> when this member last tried to remove it
         self.publishes = 0
+        self.joined_at = -math.inf
+        """When this member published the list with itself added (its clock)."""
         """Versions this member published (its own joins and leaves, and removals of the dead)."""
 
     # --- the Membership protocol -----------------------------------------------------
@@ -264,6 +266,8 @@ class SessionMembership:
             except ManifestConflictError:
                 continue
             self.publishes += 1
+            if add == self._self_id:
+                self.joined_at = self.clock()
             self._set(wanted, written.version)
             log.info("%s: published member list version %d (%d members)", self._self_id, written.version,
                      len(wanted))
