@@ -53,6 +53,7 @@ from kinesis.lease_loop.clock import FakeClock  # noqa: E402
 from kinesis.lease_loop.coordinator import LeaseCoordinator  # noqa: E402
 from kinesis.lease_loop.lease_model import SESSION_PREFIX  # noqa: E402
 from kinesis.lease_loop.leases import LeaseTable  # noqa: E402
+from kinesis.lease_loop.session_membership import SessionMembership  # noqa: E402
 from kinesis.testing import LocalAWS  # noqa: E402
 
 RESULTS = ROOT / "benchmarks" / "results" / "lease_cost.json"
@@ -146,9 +147,11 @@ def metered_table(aws: LocalAWS, name: str, usage: Usage) -> LeaseTable:
 
 
 def measure(aws: LocalAWS, n_keys: int, n_members: int, window: float, reads: str) -> dict[str, Any]:
-    """Steady-state usage per member per minute of the loop with ``reads`` ("scan": today's
-    default; "scoped": no scan in steady state; "manifest": scoped, keys from the shard
-    manifest of a moto stream with ``n_keys`` shards), members listed by a StaticMembership."""
+    """Steady-state usage per member per minute of the loop with ``reads`` ("scan": a scan
+    every round; "scoped": no scan in steady state; "manifest": scoped, keys from the shard
+    manifest of a moto stream with ``n_keys`` shards; "default": the Worker's default, the
+    manifest with the member list in the table, a SessionMembership), members listed by a
+    StaticMembership except with "default"."""
     name = f"cost-{reads}-{n_keys}-{n_members}-{time.monotonic_ns()}"
     observer = LeaseTable.open(aws.client("dynamodb"), name)
     clock = FakeClock(0.0)
@@ -158,19 +161,19 @@ def measure(aws: LocalAWS, n_keys: int, n_members: int, window: float, reads: st
     usages = {m: Usage.new() for m in names}
     coordinators: dict[str, LeaseCoordinator] = {}
     stream = StreamConfig(name, "app", "TRIM_HORIZON")
-    if reads == "manifest":
+    if reads in ("manifest", "default"):
         aws.client("kinesis").create_stream(StreamName=name, ShardCount=n_keys)
     for i, member in enumerate(names):
         table = metered_table(aws, name, usages[member])
-        membership = StaticMembership(names, member)
+        membership: Any = SessionMembership(table, member, clock=clock) if reads == "default" \
+            else StaticMembership(names, member)
         resources: Any = keys
-        if reads == "manifest":
+        if reads in ("manifest", "default"):
             # one ListShards page (moto pages NextToken follow-ups unlike AWS; the tests patch that)
             discovery = ShardDiscovery(aws.client("kinesis"), name, cache_ttl=SHARD_SYNC, page_size=10000)
             resources = ShardManifestSync(
                 table, [(stream, discovery)], member_id=member, membership=membership, lease_duration=D,
                 tick_interval=TICK, shard_sync_interval=SHARD_SYNC, replicas=1, clock=clock,
-                wall_clock=lambda: 1e9 + clock(),
             )
         coordinator = LeaseCoordinator(table, membership, resources, lease_duration=D, replicas=1, clock=clock,
                                        reads="scan" if reads == "scan" else "scoped")
@@ -182,7 +185,8 @@ def measure(aws: LocalAWS, n_keys: int, n_members: int, window: float, reads: st
 
     def settled() -> bool:
         counts = [len(c.held_keys()) for c in coordinators.values()]
-        return sum(counts) == n_keys and max(counts) - min(counts) <= 1
+        listed = all(len(c.membership.members()) == n_members for c in coordinators.values())
+        return listed and sum(counts) == n_keys and max(counts) - min(counts) <= 1
 
 
     took = scheduler.run_until(settled, 20 * D)
@@ -264,14 +268,14 @@ def _wcu(size: int) -> int:
 
 
 def model_current(k: int, n: int, s: Sizes = Sizes(), lease: float = D, *, heartbeats: bool = True) -> Cost:
-    """Today's loop: every member scans the whole table (strongly consistent) every round
-    (one tick + two light rounds per tick), renews its session and each lease and (with
-    DynamoDBMembership, the Worker's default) heartbeats every tick."""
+    """The scan loop (``reads="scan"``): every member scans the whole table (strongly
+    consistent) every round (one tick + two light rounds per tick), renews its session (no
+    lease row: session leases) and (with a DynamoDBMembership) heartbeats every tick."""
     tick = lease / 3
     rounds = 3 / tick
     table_bytes = k * s.lease_row + n * s.session_row + (n * s.member_row if heartbeats else 0)
     pages, rcu = _scan_rcu(table_bytes, consistent=True)
-    renew = k / tick
+    renew = 0.0
     sessions = n / tick
     heartbeat = n / tick if heartbeats else 0.0
     return Cost(n * rounds * pages, n * rounds * rcu, renew + sessions + heartbeat,
@@ -297,43 +301,48 @@ def model_kcl3(k: int, n: int, s: Sizes = Sizes(), lease: float = D) -> Cost:
 
 
 def model_scoped(k: int, n: int, s: Sizes = Sizes(), lease: float = D, *,
-                 replicas: int = 1, check: float | None = None, sweep: float | None = 30 * D) -> Cost:
+                 replicas: int = 1, check: float | None = None, sweep: float | None = None,
+                 session_list: bool = False, recheck: float | None = 30 * D) -> Cost:
     """``reads="scoped"`` as built: no scan per round. Each member's keys are backed up by its
     ``replicas`` successors in the sorted member list, so each member reads the session row of
     each of its ``replicas`` predecessors (one BatchGetItem, eventually consistent) every
-    ``check`` (default ``lease / 2``); two members sweep the table (one eventually consistent
-    scan each) every ``sweep`` (``None``: leave the sweep out, as a window between sweeps
-    measures), and every member re-reads the published plan's head (eventually consistent,
-    under 4 KB) as often, a backstop; renewals (the session, then each lease) every tick;
-    membership outside DynamoDB."""
+    ``check`` (default ``lease / 2``; ``session_list``: the member list's head in the same
+    request); the only writes are session renewals, one per member per tick (session leases:
+    no lease row is renewed); every member re-reads the published plan's head (eventually
+    consistent, under 4 KB) every ``recheck`` (a backstop; None: leave it out, as a window
+    shorter than it measures); optionally two members sweep the table every ``sweep`` (off by
+    default)."""
     tick = lease / 3
     # a check runs on the first round (a tick or a light round, lease / 9 apart) after it is due
     check = (lease / 2 if check is None else check) + lease / 18
     watched = min(max(replicas, 1), n - 1)  # with replicas=0, still the predecessor's session (plan version)
     per_item = 0.5 * max(1, math.ceil(s.session_row / RCU_BYTES))
-    renew = k / tick + n / tick
-    renew_wcu = k / tick * _wcu(s.lease_row) + n / tick * _wcu(s.session_row)
-    batch = n * (1 if watched else 0) / check
-    rcu = n * watched * per_item / check
+    head_item = 0.5 * max(1, math.ceil(s.head_row / RCU_BYTES))
+    renew = n / tick
+    renew_wcu = n / tick * _wcu(s.session_row)
+    batch = n * (1 if watched or session_list else 0) / check
+    rcu = n * (watched * per_item + (head_item if session_list else 0.0)) / check
+    rechecks = n / recheck if recheck else 0.0  # kinesis.lease_loop.published_plan: the backstop head read
+    batch, rcu = batch + rechecks, rcu + 0.5 * rechecks
     if sweep is None:
         return Cost(batch, rcu, renew, renew_wcu, 0.0)
     pages, scan_rcu = _scan_rcu(k * s.lease_row + n * s.session_row, consistent=False)
     sweepers = min(2, n)
-    recheck = n / sweep  # kinesis.lease_loop.published_plan: the backstop head read
-    return Cost(batch + sweepers * pages / sweep + recheck, rcu + sweepers * scan_rcu / sweep + 0.5 * recheck,
+    return Cost(batch + sweepers * pages / sweep, rcu + sweepers * scan_rcu / sweep,
                 renew, renew_wcu, sweepers * pages / sweep)
 
 
 def model_scoped_worker(k: int, n: int, s: Sizes = Sizes(), lease: float = D, *, streams: int = 1,
-                        shard_sync: float = SHARD_SYNC, poll: float | None = None, sweep: float | None = 30 * D,
-                        check: float | None = None) -> Cost:
+                        shard_sync: float = SHARD_SYNC, poll: float | None = None, sweep: float | None = None,
+                        check: float | None = None, session_list: bool = False,
+                        recheck: float | None = 30 * D) -> Cost:
     """A ``WorkerConfig(reads="scoped")`` Worker: :func:`model_scoped` plus the shard manifest of
     each stream (``kinesis.consumer.shard_manifest``): every member reads the head row
     (eventually consistent) every ``poll`` (default ``shard_sync / 2``); the chore owner and its
     backup read it strongly consistent every tick, and the owner renews it every tick; nothing
     else in steady state (new versions only on resharding)."""
     tick = lease / 3
-    base = model_scoped(k, n, s, lease, sweep=sweep, check=check)
+    base = model_scoped(k, n, s, lease, sweep=sweep, check=check, session_list=session_list, recheck=recheck)
     head_rcu = max(1, math.ceil(s.head_row / RCU_BYTES))
     polls = n * streams / (poll if poll is not None else shard_sync / 2)
     watchers = min(2, n) * streams / tick
@@ -349,7 +358,9 @@ def model_table(sizes: Sizes) -> list[dict[str, Any]]:
     rows = []
     for k, n in SCALES:
         costs = {"current": model_current(k, n, sizes), "scoped": model_scoped(k, n, sizes),
-                 "scoped_worker": model_scoped_worker(k, n, sizes), "kcl3": model_kcl3(k, n, sizes),
+                 "scoped_worker": model_scoped_worker(k, n, sizes),
+                 "default_worker": model_scoped_worker(k, n, sizes, session_list=True),
+                 "kcl3": model_kcl3(k, n, sizes),
                  # backup_check_interval = a tick instead of D/2 (docs/fleet-scale.md)
                  "scoped_worker_tick_check": model_scoped_worker(k, n, sizes, check=D / 3)}
         rows.append({
@@ -374,7 +385,11 @@ def main(argv: list[str] | None = None) -> int:
                              "by default the scan loop is measured at the small size and modelled above it)")
     parser.add_argument("--model-only", action="store_true",
                         help="reuse the measured part of the last results file; recompute the model")
+    parser.add_argument("--only", default="",
+                        help="comma-separated loops to measure again (scan, scoped, manifest, default); the "
+                             "others' measurements are kept from the last results file")
     args = parser.parse_args(argv)
+    only = [x for x in args.only.split(",") if x]
     logging.basicConfig(level=logging.WARNING)
     logging.getLogger("werkzeug").setLevel(logging.ERROR)
     from rich.console import Console
@@ -390,8 +405,12 @@ def main(argv: list[str] | None = None) -> int:
         measured = previous["measured"]
         n_members = measured[0]["members"]
         args.quick = previous["command"].endswith("--quick")
+    elif only:
+        previous = json.loads(RESULTS.read_text())
+        measured = [m for m in previous["measured"] if m["reads"] not in only]
     with contextlib.ExitStack() if args.model_only else LocalAWS() as aws:
-        for reads in () if args.model_only else ("scan", "scoped", "manifest"):
+        for reads in () if args.model_only else [r for r in ("scan", "scoped", "manifest", "default")
+                                                  if not only or r in only]:
             for n_keys in sizes_measured:
                 if reads == "scan" and n_keys != sizes_measured[0] and not (args.scan_large or args.quick):
                     continue
@@ -404,9 +423,12 @@ def main(argv: list[str] | None = None) -> int:
                   session_row=measured[0].get("session_row_bytes", Sizes.session_row))
     checks = []
     for m in measured:
-        fn = {"scan": model_current, "scoped": model_scoped, "manifest": model_scoped_worker}[m["reads"]]
-        # the measured window holds no sweep (every 30 D, and one at start before the window)
-        kwargs: dict[str, Any] = {"heartbeats": False} if m["reads"] == "scan" else {"sweep": None}
+        fn = {"scan": model_current, "scoped": model_scoped, "manifest": model_scoped_worker,
+              "default": model_scoped_worker}[m["reads"]]
+        # the measured window holds no backstop read of the plan (every 30 D)
+        kwargs: dict[str, Any] = {"heartbeats": False} if m["reads"] == "scan" else {"recheck": None}
+        if m["reads"] == "default":
+            kwargs["session_list"] = True
         model = fn(m["leases"], m["members"], sizes, **kwargs).per_member(m["members"])
         got = m["per_member_per_minute_total"]
         checks.append({
@@ -429,7 +451,7 @@ def main(argv: list[str] | None = None) -> int:
                       f"{v['wcu']:.1f}", f"{v['read_bytes'] / KB:.1f}")
     console.print(t)
     growth = {}
-    for reads in ("scan", "scoped", "manifest"):
+    for reads in ("scan", "scoped", "manifest", "default"):
         pair = [m for m in measured if m["reads"] == reads]
         if len(pair) != 2:
             continue
@@ -455,14 +477,15 @@ def main(argv: list[str] | None = None) -> int:
                   f"{c['requests_error']:+.1%}", str(c["rcu_measured"]), str(c["rcu_model"]), rcu_err)
     console.print(v)
     f = Table(title="Model at fleet scale: fleet RCU/s (WCU/s); reads as a multiple of KCL 3.x's")
-    names = ("current", "scoped", "scoped_worker", "kcl3")
-    for col in ("leases x members", "scan", "scoped coordinator", "scoped Worker", "KCL 3.x",
-                "scan/KCL3", "scoped/KCL3", "Worker/KCL3"):
+    names = ("current", "scoped", "scoped_worker", "default_worker", "kcl3")
+    for col in ("leases x members", "scan", "scoped coordinator", "scoped Worker", "default Worker", "KCL 3.x",
+                "scan/KCL3", "scoped/KCL3", "Worker/KCL3", "default/KCL3"):
         f.add_column(col, justify="right")
     for r in modelled:
         f.add_row(f"{r['leases']:,} x {r['members']:,}",
                   *(f"{r[n]['fleet']['rcu']:,.1f} ({r[n]['fleet']['wcu']:,.0f})" for n in names),
-                  *(f"{r['fleet_rcu_vs_kcl3'][n]:,.2f}" for n in ("current", "scoped", "scoped_worker")))
+                  *(f"{r['fleet_rcu_vs_kcl3'][n]:,.2f}" for n in ("current", "scoped", "scoped_worker",
+                                                                   "default_worker")))
     console.print(f)
     write_json(RESULTS, {
         "machine": platform.platform(),
