@@ -38,6 +38,7 @@ import json
 import logging
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from hashring import Membership, chore_owners
 from hashring.errors import HashRingError
@@ -48,7 +49,12 @@ from kinesis.errors import ConfigurationError, CorruptLeaseError, KinesisHashRin
 from kinesis.lease_loop.clock import MONOTONIC, Clock
 from kinesis.lease_loop.lease_model import TableSnapshot
 from kinesis.lease_loop.leases import LeaseTable
-from kinesis.lease_loop.manifest_store import ManifestConflictError, ManifestHead, ManifestStore
+from kinesis.lease_loop.manifest_store import (
+    ManifestConflictError,
+    ManifestCorruptError,
+    ManifestHead,
+    ManifestStore,
+)
 from kinesis.lease_loop.membership import DynamoDBMembership
 
 log = logging.getLogger(__name__)
@@ -115,6 +121,8 @@ class _Stream:
     """Whether the head was read at least once (its absence, too, is then timed)."""
     apply_at: float | None = None
     """When (this member's clock) the newest version read takes effect."""
+    corrupt_since: float | None = None
+    """When this member first read the head unreadable (None: readable)."""
 
 
 class ShardManifestSync(ShardSync):
@@ -209,7 +217,15 @@ class ShardManifestSync(ShardSync):
         interval = self.tick_interval if watching or stream.effective is None else self.poll_interval
         if stream.polled_at is None or now - stream.polled_at >= interval:
             stream.polled_at = now
-            self._observe(stream, stream.store.head(consistent=watching), now)
+            try:
+                head = stream.store.head(consistent=watching)
+            except ManifestCorruptError as exc:
+                if exc.item is None or not self._repair(stream, exc.item, candidates, members, now):
+                    raise
+                head = stream.head
+            else:
+                stream.corrupt_since = None
+            self._observe(stream, head, now)
             mine = stream.head is not None and stream.head.owner == self.member_id
             if mine:
                 self._renew(stream)
@@ -219,6 +235,26 @@ class ShardManifestSync(ShardSync):
                 self._chore(stream, now)
         self._read_manifest(stream)
         self._apply(stream)
+
+    def _repair(self, stream: _Stream, item: dict[str, Any], candidates: list[str], members: tuple[str, ...],
+                now: float) -> bool:
+        """An unreadable head: the chore's candidates replace it at once, anyone else once it
+        stayed unreadable for ``orphan_timeout`` (conditional on every attribute as read, then
+        published again from a fresh listing, past the newest version read). True if replaced."""
+        if stream.corrupt_since is None:
+            stream.corrupt_since = now
+        if self.member_id not in candidates and not (
+                self.member_id in members and now - stream.corrupt_since >= self.orphan_timeout):
+            return False
+        try:
+            stream.head = stream.store.claim_corrupt(self.member_id, item, version=stream.version)
+        except ManifestConflictError:
+            return False
+        log.warning("%s: the shard manifest head of %s was unreadable: replaced it", self.member_id,
+                    stream.spec.stream)
+        stream.corrupt_since = None
+        stream.synced_at = None
+        return True
 
     def _observe(self, stream: _Stream, head: ManifestHead | None, now: float) -> None:
         old = stream.head
@@ -245,7 +281,8 @@ class ShardManifestSync(ShardSync):
     def _claim(self, stream: _Stream) -> None:
         previous = stream.head
         try:
-            stream.head = stream.store.claim(self.member_id, previous)
+            # a lost head is rebuilt past the newest version read (claimed, naming no chunks)
+            stream.head = stream.store.claim(self.member_id, previous, version=stream.version)
         except ManifestConflictError:
             return
         stream.head_seen_at = self.clock()
@@ -278,7 +315,7 @@ class ShardManifestSync(ShardSync):
         if finished is None:
             return
         new = ShardManifest(listing, finished, stream.head.counter + 1)  # the counter the publish writes
-        if new.same_content(current):
+        if new.same_content(current) and stream.head.chunks:  # none: a rebuilt head names no version
             return
         try:
             stream.head = stream.store.publish(stream.head, new.to_bytes())
@@ -326,7 +363,7 @@ class ShardManifestSync(ShardSync):
 
     def _read_manifest(self, stream: _Stream) -> None:
         head = stream.head
-        if head is None or head.version == 0:
+        if head is None or head.version == 0 or head.chunks == 0:  # none, or claimed and never published
             return
         if stream.manifest is not None and stream.version == head.version:
             return

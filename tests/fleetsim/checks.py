@@ -177,7 +177,8 @@ class Checker:
                 self.fail(f"{names} both still run as member {member_id!r}: one must refuse a duplicate id")
 
     def _check_shared_rows(self) -> None:
-        """A corrupt or missing plan head is repaired while scoped members run."""
+        """A corrupt or missing plan head (and shard manifest head) is repaired while scoped
+        members run."""
         world = self.world
         scoped = [m for m in world.members.values() if m.alive and not m.legacy]
         if world.scenario.reads != "scoped" or not scoped:
@@ -185,3 +186,8 @@ class Checker:
         head = world.memory.peek(PLAN_HEAD)
         if head is not None and not all(k in head for k in ("version", "digest", "owner", "counter")):
             self.fail(f"the plan head is still unreadable at the end: {head}")
+        if world.scenario.provider == "worker":  # the shard manifest's heads, likewise
+            for key in sorted(k for k in world.memory.items() if k.startswith("__manifest__#shards") and k.count("#") == 1):
+                item = world.memory.peek(key)
+                if item is not None and not all(k in item for k in ("version", "digest", "owner", "counter")):
+                    self.fail(f"the shard manifest head {key} is still unreadable at the end: {item}")
