@@ -279,3 +279,33 @@ def test_a_list_change_before_the_expiry_does_not_restart_the_takeover_timing() 
     assert fleet.clock() - crashed <= bound
     settle(fleet)
     assert max(fleet.counts().values()) - min(fleet.counts().values()) <= 1
+
+
+def test_a_dead_member_still_listed_is_read_every_round_only_until_its_keys_moved() -> None:
+    # a watcher reads a stalled predecessor's session and keys every round, so its expiry is
+    # seen when it comes; once every key of it is held by a running member, reading it every
+    # light round forever (Kubernetes: a dead pod still listed) is cost without a purpose
+    table = memory_table()
+    fleet = Fleet(table, KEYS, ["a", "b", "c"], reads="scoped", replicas=1)
+    settle(fleet)
+    victim = set(fleet.coordinators["b"].held_keys())
+    fleet.crash("b")
+    rounds_until(fleet, lambda: held_by(fleet, victim, {"a", "c"}), limit=ticks(fleet, 3 * fleet.lease_duration))
+    settle(fleet, 3)
+    reads_of_b: list[int] = []
+    read_round = table.read_round
+
+    def counting(keys: Any, members: Any, *args: Any, **kwargs: Any) -> Any:
+        members = list(members)
+        reads_of_b.append(int("b" in members))
+        return read_round(keys, members, *args, **kwargs)
+
+    table.read_round = counting  # type: ignore[method-assign]
+    light_rounds = 18  # two lease durations: a tick, then two light rounds, for both
+    for i in range(light_rounds):
+        for m in ("a", "c"):
+            fleet.coordinators[m].tick() if i % 3 == 0 else fleet.coordinators[m].refresh()
+        fleet.check()
+        fleet.clock.advance(fleet.tick_interval / 3)
+    checks = int(light_rounds * (fleet.tick_interval / 3) / fleet.coordinators["c"].backup_check_interval) + 1
+    assert sum(reads_of_b) <= checks, f"b's session read in {sum(reads_of_b)} of {light_rounds} rounds (checks: {checks})"

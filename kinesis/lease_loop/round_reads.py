@@ -161,7 +161,10 @@ class RoundReads:
         self._obs.present(m for m, row in sessions.items() if row is not None)
         self._scoped.alive(active)
         self._remove_dead(sessions, listed, now)
-        for holder in self._scoped.settle_departed({k: v.owner if v is not None else None for k, v in rows.items()}):
+        owners = {k: v.owner if v is not None else None for k, v in rows.items()}
+        self._scoped.settle_stalled(plan, owners, held)
+        # keys held here were not read: a departed holder's keys taken here have moved too
+        for holder in self._scoped.settle_departed({**{k: self._me for k in held}, **owners}):
             self._delete_session(holder, listed)
         self._resolve_offers(found, set(rows))
         planned = plan.owners if plan is not None else {}

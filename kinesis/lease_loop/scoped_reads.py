@@ -73,6 +73,9 @@ class ScopedReads:
     def __init__(self, member_id: str):
         self.member_id = member_id
         self.stalled: set[str] = set()
+        self.settled: set[str] = set()
+        """Stalled holders none of whose keys is theirs any more (all taken over, as read): read
+        at the check interval, not every round, until one of their keys is seen theirs again."""
         self.departed: dict[str, frozenset[str]] = {}
         """Stalled holders this member watched that left the member list -> the keys it
         watched for them: it goes on timing them and takes those leases once expired (then
@@ -127,8 +130,8 @@ class ScopedReads:
         for keys in self.departed.values():
             wanted.update(k for k in keys if k not in held and k in index.planned)
         for holder, backed in index.backed_up.items():
-            if holder in self.stalled:  # every round, so their expiry is seen when it comes
-                wanted.update(k for k in backed if k not in held)
+            if holder in self.stalled and (holder not in self.settled or check_backups):
+                wanted.update(k for k in backed if k not in held)  # every round, so their expiry is seen when it comes
                 sessions.add(holder)
             elif check_backups:
                 sessions.add(holder)
@@ -146,10 +149,11 @@ class ScopedReads:
         passed = {self.member_id}
         while current is not None and current in self.stalled and current not in passed:
             passed.add(current)
-            wanted.update(k for k in plan.keys_of(current) if k not in held)
-            sessions.add(current)
+            if current not in self.settled or check_backups:
+                wanted.update(k for k in plan.keys_of(current) if k not in held)
+                sessions.add(current)
             current = members[position[current] - 1]
-            if current not in passed and (check_backups or current in self.stalled):
+            if current not in passed and (check_backups or (current in self.stalled and current not in self.settled)):
                 sessions.add(current)
         return wanted, sessions
 
@@ -238,6 +242,23 @@ class ScopedReads:
         """The keys of departed holders this member still watches."""
         return frozenset(k for keys in self.departed.values() for k in keys)
 
+    def settle_stalled(self, plan: Assignment | None, owners: Mapping[str, str | None], held: Iterable[str]) -> None:
+        """Mark the stalled holders all of whose keys (planned for them, or backed up here) are
+        held here or were read held by a member that is not stalled (``owners``: this round's
+        rows) settled; a key read as still theirs unsettles them."""
+        if plan is None:
+            return
+        mine = set(held)
+        backed = self.index(plan).backed_up
+        for holder in self.stalled:
+            keys = set(plan.keys_of(holder)) | set(backed.get(holder, ()))
+            if all(k in mine or ((o := owners.get(k)) is not None and o != holder and o not in self.stalled)
+                   for k in keys):
+                self.settled.add(holder)
+            elif any(owners.get(k) == holder for k in keys):
+                self.settled.discard(holder)
+        self.settled &= self.stalled
+
     def settle_departed(self, owners: Mapping[str, str | None]) -> list[str]:
         """Forget departed holders that hold none of their watched keys any more (``owners``:
         the owner of each such key as read this round; keys not read are kept); those forgotten."""
@@ -275,7 +296,9 @@ class ScopedReads:
 
     def alive(self, members: Iterable[str]) -> None:
         """Members seen writing are not stalled."""
+        members = set(members)
         self.stalled.difference_update(members)
+        self.settled.difference_update(members)
 
     def members_tuple(self, members: Iterable[str]) -> tuple[str, ...]:
         """The same tuple object while the members do not change (the planner's cache hits
