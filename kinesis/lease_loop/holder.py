@@ -486,7 +486,8 @@ class LeaseHolder:
             return new
 
     def release(self, key: str) -> bool:
-        """Give up a held lease now; False if it was not held."""
+        """Give up a held lease now; False if it was not held. A release the table does not
+        answer is tried again every tick (the row names this member's live session)."""
         held = self.get(key)
         if held is None:
             return False
@@ -498,6 +499,9 @@ class LeaseHolder:
                 self.count("releases")
             except LeaseLostError:
                 self.count("leases_lost")
+            except KinesisHashRingError:  # given up here; released again every tick until it is
+                with self.lock:
+                    self._abandoned.append((held.lease, held.unconfirmed))
             held.gone = True
             self.forget(key, held)
         return True

@@ -139,6 +139,8 @@ class RoundReads:
             tick_interval=timing.tick_interval, lease_duration=timing.lease_duration)
         inbox = self._holder.inbox() - held  # offers to this member, whatever its plan says
         wanted |= inbox | set(self._holder.offered())  # and its own offers, until adopted
+        if self._scoped.departed:  # rows a departed holder was last seen holding, planned for it or not
+            wanted |= {k for k, seen in self._obs.seen.items() if seen.owner in self._scoped.departed and k not in held}
         # the sessions the rows it reads name (as last seen): under session leases a lease is
         # expired only if its holder's session is too, judged from a read of this round
         watched |= {s.owner for k in wanted if (s := self._obs.seen.get(k)) is not None
@@ -164,7 +166,8 @@ class RoundReads:
         owners = {k: v.owner if v is not None else None for k, v in rows.items()}
         self._scoped.settle_stalled(plan, owners, held)
         # keys held here were not read: a departed holder's keys taken here have moved too
-        for holder in self._scoped.settle_departed({**{k: self._me for k in held}, **owners}):
+        holding = {seen.owner for seen in self._obs.seen.values() if seen.owner is not None}
+        for holder in self._scoped.settle_departed({**{k: self._me for k in held}, **owners}, holding):
             self._delete_session(holder, listed)
         self._resolve_offers(found, set(rows))
         planned = plan.owners if plan is not None else {}

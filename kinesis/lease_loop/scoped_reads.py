@@ -44,6 +44,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 
 from hashring import Assignment, chore_owners, watched_by_successors
@@ -259,10 +260,14 @@ class ScopedReads:
                 self.settled.discard(holder)
         self.settled &= self.stalled
 
-    def settle_departed(self, owners: Mapping[str, str | None]) -> list[str]:
+    def settle_departed(self, owners: Mapping[str, str | None], holding: AbstractSet[str] = frozenset()
+                        ) -> list[str]:
         """Forget departed holders that hold none of their watched keys any more (``owners``:
-        the owner of each such key as read this round; keys not read are kept); those forgotten."""
-        settled = [h for h, keys in self.departed.items() if all(k in owners and owners[k] != h for k in keys)]
+        the owner of each such key as read this round; keys not read are kept) and own no row
+        this member last saw (``holding``: a departed member may hold keys planned for others,
+        taken as orphans); those forgotten."""
+        settled = [h for h, keys in self.departed.items()
+                   if h not in holding and all(k in owners and owners[k] != h for k in keys)]
         for holder in settled:
             del self.departed[holder]
         return settled
