@@ -149,6 +149,19 @@ def test_a_renewal_restarts_the_expiry_a_backup_waits_for() -> None:
     assert taken(scene.snap("b", K_ABC)) == {"k": "takeovers"}
 
 
+def test_a_backup_behind_owners_whose_sessions_are_gone_takes_over_as_the_first_live_one() -> None:
+    # k's owners p and q never ran (no session row for a lease duration), then c; x held k and
+    # crashed: c takes it once expired, not two graces later (seed 539271: a crash bound)
+    scene = Scene().row("k", "x", counter=7)
+    gone = {m: SessionSeen(None, 0, scene.clock(), scene.clock()) for m in ("p", "q")}
+    scene.later(LEASE)
+    the_plan = plan(k="p,q,c")
+    assert taken(read_now(scene.snap("c", the_plan), gone)) == {"k": "takeovers"}
+    assert taken(scene.snap("c", the_plan)) == {}  # their sessions not read this round: in turn
+    live_q = {**gone, "q": SessionSeen("tok-q", 3, scene.clock(), scene.clock())}
+    assert taken(read_now(scene.snap("c", the_plan), live_q)) == {}  # q may be running: one grace
+
+
 @pytest.mark.parametrize("me", ["a", "c", "d"])
 def test_a_member_never_takes_a_lease_it_is_not_planned_for_while_the_holder_is_live(me: str) -> None:
     # the plan gives k to a, but b holds it and keeps renewing: a gets it by hand-off, never by

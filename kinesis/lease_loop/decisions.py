@@ -355,7 +355,10 @@ def takes(snap: Snapshot, keys: Iterable[str]) -> Takes:
         if holder is not None and snap.inherited.get(key) == holder:
             candidates = [me]  # its former watcher: it has timed that holder all along
         if me in candidates:
-            if past < candidates.index(me) * timing.backup_grace:
+            # owners ahead of this member whose session is gone (never ran, or crashed) take
+            # nothing: it waits one grace per owner ahead that may be running, not per owner
+            ahead = [o for o in candidates[:candidates.index(me)] if not session_gone(snap, o)]
+            if past < len(ahead) * timing.backup_grace:
                 continue
             kind = "offers_withdrawn" if offer else "acquired" if free else "takeovers"
         elif stands_in(snap, owners, holder):
