@@ -32,9 +32,11 @@ $(VENV)/.demo-installed: pyproject.toml
 	$(PY) -m pip install -q -e '.[testing]'
 	touch $@
 
-## The test suite (the same command CI runs).
+## The test suite (the same command CI runs): the parallel part on two workers (pytest-xdist),
+## then the tests marked serial (the chaos run, which holds real-time bounds) alone.
 test: venv
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q -n 2 --dist loadfile -m "not serial"
+	$(PY) -m pytest -q -m serial
 
 ## The long chaos profile (tests/chaos): faults drawn from a printed seed (CHAOS_SEED=N replays
 ## a run); figures in benchmarks/results/chaos.json. The fast profile runs within `make test`.

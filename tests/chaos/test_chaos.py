@@ -16,7 +16,7 @@ import pytest
 
 from tests.chaos.harness import PROFILES, ChaosRun, summary, write_json
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.serial]
 logging.getLogger("werkzeug").setLevel(logging.ERROR)
 RESULTS = Path(__file__).resolve().parent.parent.parent / "benchmarks" / "results" / "chaos.json"
 
