@@ -161,3 +161,29 @@ def test_members_that_start_together_see_each_other_before_taking_free_leases() 
         fleet.clock.advance(D / 9)
     assert balanced(fleet)
     assert most <= len(KEYS) // 4 + 1, most
+
+
+def test_a_removed_dead_member_is_not_read_every_round_for_good() -> None:
+    # its watcher times it through the list change (departed), then forgets it once it holds no
+    # row: 60 reads a minute for good in bench_peers.py's idle window before
+    fleet = Fleet(["a", "b", "c"])
+    fleet.until(lambda: everyone_lists(fleet, ["a", "b", "c"]) and balanced(fleet), limit=20)
+    fleet.dead.add("b")
+    fleet.until(lambda: everyone_lists(fleet, ["a", "c"]) and balanced(fleet), limit=int(6 * D / (D / 3)))
+    for _ in range(int(2 * D / (D / 3))):
+        fleet.round()
+    reads_of_b: list[int] = []
+    read_round = fleet.table.read_round
+
+    def counting(keys: object, members: object, *args: object, **kwargs: object) -> object:
+        listed = list(members)  # type: ignore[call-overload]
+        reads_of_b.append(int("b" in listed))
+        return read_round(keys, listed, *args, **kwargs)  # type: ignore[arg-type]
+
+    fleet.table.read_round = counting  # type: ignore[method-assign,assignment]
+    for i in range(18):  # two lease durations: a tick, then two light rounds
+        for m in fleet.live():
+            fleet.coordinators[m].tick() if i % 3 == 0 else fleet.coordinators[m].refresh()
+        fleet.check()
+        fleet.clock.advance(D / 9)
+    assert sum(reads_of_b) <= 2, f"b read in {sum(reads_of_b)} of 18 rounds"

@@ -166,7 +166,9 @@ class RoundReads:
         owners = {k: v.owner if v is not None else None for k, v in rows.items()}
         self._scoped.settle_stalled(plan, owners, held)
         # keys held here were not read: a departed holder's keys taken here have moved too
-        holding = {seen.owner for seen in self._obs.seen.values() if seen.owner is not None}
+        # rows a departed member was last seen holding, held here now or not (its owner as last
+        # read is stale for keys held here: they are not read again)
+        holding = {seen.owner for k, seen in self._obs.seen.items() if seen.owner is not None and k not in held}
         for holder in self._scoped.settle_departed({**{k: self._me for k in held}, **owners}, holding):
             self._delete_session(holder, listed)
         self._resolve_offers(found, set(rows))
