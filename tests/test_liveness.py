@@ -309,3 +309,38 @@ def test_a_dead_member_still_listed_is_read_every_round_only_until_its_keys_move
         fleet.clock.advance(fleet.tick_interval / 3)
     checks = int(light_rounds * (fleet.tick_interval / 3) / fleet.coordinators["c"].backup_check_interval) + 1
     assert sum(reads_of_b) <= checks, f"b's session read in {sum(reads_of_b)} of {light_rounds} rounds (checks: {checks})"
+
+
+def test_an_offer_looked_at_before_its_hand_off_write_is_still_adopted() -> None:
+    # a hand-off tells the target (its session row's offers) and then writes the row. A target
+    # whose round fell between the two writes read the offer, found the row still the
+    # offerer's, and marked the offer handled: with a plan that does not give it the key (its
+    # list still lists the stopping offerer) it never read the row again, and the graceful
+    # stop waited for an adoption that never came (CI, test_published_plan). The offerer now
+    # tells the target again while its offer stays unadopted
+    fleet = Fleet(memory_table(), KEYS, ["a", "b", "c"], reads="scoped", replicas=1)
+    settle(fleet)
+    victim = set(fleet.coordinators["b"].held_keys())
+    fleet.memberships["a"].set_members(["a", "c"])
+    handoff = fleet.table.handoff
+    raced: list[str] = []
+
+    def handoff_after_the_target_looked(lease: Any, target: str, **kwargs: Any) -> Any:
+        if target == "c":
+            raced.append(lease.key)
+            fleet.coordinators["c"].tick()  # c reads its offers; the row is still b's
+        return handoff(lease, target, **kwargs)
+
+    fleet.table.handoff = handoff_after_the_target_looked  # type: ignore[method-assign]
+    fleet.coordinators["b"].begin_stop()
+    for _ in range(2):
+        fleet.tick("b")  # b plans without itself and hands everything off at once
+    assert not fleet.coordinators["b"].held_keys() and raced, "b handed some of its keys to c"
+    fleet.table.handoff = handoff  # type: ignore[method-assign]
+    # c adopts within a tick of the offer's adopt_timeout, not after a backup's grace or an orphan timeout
+    for _ in range(ticks(fleet, fleet.coordinators["c"].adopt_timeout) + 2):
+        fleet.round(["a", "b", "c"])  # b's stop ticks on until its offers are adopted
+        if held_by(fleet, set(raced), {"c"}):
+            break
+    assert held_by(fleet, set(raced), {"c"}) and fleet.counter("offers_retold") >= 1
+    rounds_until(fleet, lambda: held_by(fleet, victim, {"a", "c"}), limit=2)

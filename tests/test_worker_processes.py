@@ -109,7 +109,14 @@ def test_sigkill_the_next_owner_resumes_from_the_checkpoint(aws: LocalAWS, fleet
                       key=lambda e: e.t)
         cp = lease.checkpoint
         expected = "-" if cp.is_initial else f"{cp.sequence_number}/{cp.sub_sequence_number}"
-        assert resumed.member in ("m2", "m3") and resumed.checkpoint == expected
+        assert resumed.member in ("m2", "m3")
+        if resumed.checkpoint != expected:
+            # a checkpoint m1 sent just before the SIGKILL may reach the table after the read
+            # above: the next owner then resumes from that one, never from an earlier one
+            seq = resumed.checkpoint.split("/")[0]
+            assert expected == "-" or int(seq) > int(expected.split("/")[0]), (resumed, expected)
+            assert any(e.kind == "R" and e.member == "m1" and e.shard_id == shard and e.sequence_number == seq
+                       for e in events), (resumed, "not a record m1 processed")
     result = audit(produced, fleet.out_dir, killed=["m1"])
     assert result.ok, result
     assert not result.lost and result.graceful_duplicates == 0

@@ -401,6 +401,7 @@ class LeaseCoordinator:
         held = self._holder.keys()
         for key in set(self._holder.offered()) & held:  # taken back
             self._holder.offer_resolved(key)
+        self._holder.retell(snap.now, snap.timing.adopt_timeout)
         # looked at: adopted, or not offered to this member (any more); offers of keys it holds
         # already (not read again) too, or they would stay on its session row for good
         looked_at = {k for k in view.inbox if k in held or not self._offered_to_me(snap.rows.get(k))}

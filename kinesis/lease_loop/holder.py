@@ -38,7 +38,7 @@ import threading
 import uuid
 from collections import Counter
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from kinesis.errors import DuplicateMemberIdError, KinesisHashRingError, LeaseLostError
 from kinesis.lease_loop.clock import Clock
@@ -67,12 +67,15 @@ class Handoff:
 @dataclass(frozen=True)
 class Offered:
     """A lease this member handed off and its target has not adopted yet: this member reads
-    its row until it is adopted and takes it back after ``adopt_timeout`` if it is not."""
+    its row until it is adopted, tells the target again each ``adopt_timeout`` (its round may
+    have read the offer before the row named it) and takes it back if its plan says so."""
 
     target: str
     counter: int
     """The row's counter as the hand-off wrote it."""
     at: float
+    told: float = -math.inf
+    """When the target was last told again (its session row's offers)."""
 
 
 @dataclass
@@ -165,6 +168,29 @@ class LeaseHolder:
         """This member's offers not adopted yet, by key."""
         with self.lock:
             return dict(self._offered)
+
+    def retell(self, now: float, every: float) -> int:
+        """Tell the target of each offer unadopted for ``every`` seconds (and not told again
+        for as long) of it again; the number told. A target's round that read the offer from
+        its session row before the hand-off write named it in the row marked it handled, and
+        a target whose plan does not give it the key reads the row only through its offers."""
+        with self.lock:
+            due = {k: o for k, o in self._offered.items() if now - max(o.at, o.told) >= every}
+        told = 0
+        for key, offer in sorted(due.items()):
+            try:
+                if not self.table.offer(offer.target, key):
+                    continue  # its session row went: the plan's next owner takes the offer back
+            except KinesisHashRingError as exc:
+                self.count("lease_loop_errors")
+                log.warning("%s: could not tell %s again of its offer %s: %s", self._me, offer.target, key, exc)
+                continue
+            with self.lock:
+                if self._offered.get(key) == offer:
+                    self._offered[key] = replace(offer, told=now)
+            self.count("offers_retold")
+            told += 1
+        return told
 
     def offer_resolved(self, key: str) -> None:
         """An offer was adopted, taken back, or moved on."""

@@ -134,6 +134,7 @@ COUNTER_NAMES = (
     "handoffs_requested",
     "handoffs",
     "handoffs_resumed",
+    "offers_retold",
     "handoff_timeouts",
     "releases",
     "renewals",
