@@ -67,3 +67,37 @@ def test_the_fast_profile_finds_no_violation() -> None:
     assert summary["seeds"] == seeds
     unexpected = set(summary["failing_seeds"]) - set(KNOWN_OPEN)
     assert not unexpected, f"{summary}\n{result.stderr[-6000:]}"
+
+
+# --- the checker finds what it is there to find ---------------------------------------------------
+
+
+def test_the_checker_reports_two_holders_when_a_holder_ignores_its_lease_expiry(monkeypatch: pytest.MonkeyPatch) -> None:
+    # a member paused past its lease that resumes believing it still holds: the one-holder check
+    from kinesis.lease_loop.holder import LeaseHolder
+    from tests.fleetsim.runner import run
+    from tests.fleetsim.schedule import draw
+
+    monkeypatch.setattr(LeaseHolder, "_valid", lambda self, h, now: True)
+    for seed in (2, 4):
+        violations = run(draw(seed, kinds=("pause",), profile="fast"))["violations"]
+        assert any("at once" in v for v in violations), (seed, violations)
+
+
+def test_the_checker_reports_a_stall_when_nobody_takes_over_a_crashed_holder(monkeypatch: pytest.MonkeyPatch) -> None:
+    # the liveness check: with takeovers switched off a crashed member's keys stall past the bound
+    from dataclasses import replace
+
+    import kinesis.lease_loop.coordinator as coordinator
+    from tests.fleetsim.runner import run
+    from tests.fleetsim.schedule import draw
+
+    takes = coordinator.takes
+
+    def no_takeovers(snap: object, keys: object) -> object:
+        taking = takes(snap, keys)  # type: ignore[arg-type]
+        return replace(taking, takes=tuple(t for t in taking.takes if t.kind != "takeovers"))
+
+    monkeypatch.setattr(coordinator, "takes", no_takeovers)
+    violations = run(draw(3, kinds=("crash",), profile="fast"))["violations"]
+    assert any("unprocessed since" in v for v in violations), violations

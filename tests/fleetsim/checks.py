@@ -49,6 +49,7 @@ class Checker:
     publishes: list[tuple[float, str]] = field(default_factory=list)
     """When the published plan's head moved to a new version, and who published it."""
     _plan_version: str = ""
+    _writes: int = -1
 
     def __post_init__(self) -> None:
         self.settle = settled_at(self.world.scenario)
@@ -63,21 +64,26 @@ class Checker:
         now = world.now
         gap = world.timing.gap
         serving = world.serving()
-        alive = [m for m in world.members.values() if m.alive]
-        for key in world.ready_keys():
-            holders: list[str] = []
-            processing = False
-            for m in alive:
+        holders: dict[str, list[str]] = {}
+        processing: set[str] = set()
+        for m in world.members.values():
+            if not m.alive:
+                continue
+            for key in m.coordinator.held_keys():  # holds(key) implies a held key: ask only those
                 if m.coordinator.holds(key):
-                    holders.append(m.name)
+                    holders.setdefault(key, []).append(m.name)
                     tenure = m.tenures.get(key)
-                    processing = processing or (now >= m.paused_until and tenure is not None and not tenure.ended)
-            if len(holders) > 1:
-                self.fail(f"{key} held by {holders} at once")
+                    if now >= m.paused_until and tenure is not None and not tenure.ended:
+                        processing.add(key)
+        written = world.memory.writes != self._writes  # rows are read only when something was written
+        self._writes = world.memory.writes
+        for key in world.ready_keys():
+            if len(holders.get(key, ())) > 1:
+                self.fail(f"{key} held by {holders[key]} at once")
             track = self.keys.get(key)
             if track is None:  # ready from now on (a new shard whose parents finished)
                 track = self.keys[key] = KeyTrack(unprocessed_since=now)
-            if processing:
+            if key in processing:
                 if track.unprocessed_since is not None:
                     if now - track.unprocessed_since > gap:
                         track.last_gap_end = now
@@ -94,17 +100,19 @@ class Checker:
                 self.fail(f"{key} unprocessed since t={track.unprocessed_since:.3f} "
                           f"(settled at t={self.settle:.3f}, allowed gap {gap:.2f} s)")
                 track.unprocessed_since = now  # report each stall once
-            item = world.memory.peek(key)
-            order = item.get("checkpointOrder", {}).get("S", "") if item else ""
-            if order and track.order and order < track.order:
-                self.fail(f"{key} checkpoint went backwards: {track.order!r} -> {order!r}")
-            if order:
-                track.order = order
-        head = world.memory.peek(PLAN_HEAD)
-        version = str(head.get("version", {}).get("N", "")) if head else ""
-        if version and version != self._plan_version and head is not None:
-            self.publishes.append((now, str(head.get("owner", {}).get("S", ""))))
-        self._plan_version = version
+            if written:
+                item = world.memory.peek(key)
+                order = item.get("checkpointOrder", {}).get("S", "") if item else ""
+                if order and track.order and order < track.order:
+                    self.fail(f"{key} checkpoint went backwards: {track.order!r} -> {order!r}")
+                if order:
+                    track.order = order
+        if written:
+            head = world.memory.peek(PLAN_HEAD)
+            version = str(head.get("version", {}).get("N", "")) if head else ""
+            if version and version != self._plan_version and head is not None:
+                self.publishes.append((now, str(head.get("owner", {}).get("S", ""))))
+            self._plan_version = version
         for v in world.violations:
             if v not in self.violations:
                 self.fail(v)

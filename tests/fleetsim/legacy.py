@@ -62,6 +62,9 @@ class LegacyMember:
 
     # --- what the world asks of a coordinator -------------------------------------------
 
+    def held_keys(self) -> tuple[str, ...]:
+        return tuple(sorted(self.held))
+
     def holds(self, key: str) -> bool:
         h = self.held.get(key)
         return h is not None and self._now() < h.valid_until
