@@ -46,11 +46,7 @@ def test_every_defect_has_a_scenario() -> None:
     assert len(SCENARIOS) >= 10
 
 
-KNOWN_OPEN = {
-    34: "scan reads, members listed that never ran: their missing session rows are not judged "
-        "gone under the scan loop, so nobody stands in for them and a crashed holder's key waits "
-        "for orphan_timeout (3 D) instead of the crash bound",
-}
+KNOWN_OPEN: dict[int, str] = {}
 """Seeds of the fixed range that still fail, each an open defect (docs/liveness.md, "What remains")."""
 
 

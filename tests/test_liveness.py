@@ -344,3 +344,17 @@ def test_an_offer_looked_at_before_its_hand_off_write_is_still_adopted() -> None
             break
     assert held_by(fleet, set(raced), {"c"}) and fleet.counter("offers_retold") >= 1
     rounds_until(fleet, lambda: held_by(fleet, victim, {"a", "c"}), limit=2)
+
+
+def test_scan_reads_judge_a_listed_member_that_never_ran_gone_so_a_crash_is_taken_over_in_time() -> None:
+    # d is listed and never runs: its keys go to their backups (c among them). When c crashes,
+    # the keys whose owners are d and c need a stand-in. The scan loop never timed d's missing
+    # session row (only rows it saw), so nobody stood in and they waited for orphan_timeout
+    # (or a suspicion, 2 D here) instead of the crash bound (simulator seed 34 of the fast profile)
+    fleet = Fleet(memory_table(), KEYS, ["a", "b", "c", "d"], reads="scan", replicas=1)
+    fleet.crash("d")  # listed, never runs
+    settle(fleet)
+    assert held_by(fleet, KEYS, {"a", "b", "c"})
+    fleet.crash("c")
+    c = fleet.coordinators["a"]
+    rounds_until(fleet, lambda: held_by(fleet, KEYS, {"a", "b"}), limit=ticks(fleet, c.lease_duration) + 1)

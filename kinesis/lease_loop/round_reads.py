@@ -98,11 +98,15 @@ class RoundReads:
         self._record.table_read()
         self._members.observe(snapshot)
         now = self._clock()
-        self._obs.observe_sessions(snapshot.sessions, now, partial=False)  # timers only: rows tell who writes
-        active = self._obs.observe(snapshot.leases, now)
-        self._obs.forget_tombstones(frozenset())
-        self._obs.present(snapshot.sessions)
         listed = self._read_members()
+        # a consistent scan shows every session row: a listed member without one runs no chain
+        # (it never ran, or left), timed from now like a session found gone; a sweep may be stale
+        absent = ({m: None for m in listed if m not in snapshot.sessions}
+                  if listed is not None and self._s.reads == "scan" else {})
+        self._obs.observe_sessions({**absent, **snapshot.sessions}, now, partial=False)  # timers only
+        active = self._obs.observe(snapshot.leases, now)
+        self._obs.forget_tombstones(frozenset(absent))
+        self._obs.present(snapshot.sessions)
         if listed is None:
             return None
         self._delete_stale_sessions(snapshot, listed, now)
