@@ -146,6 +146,13 @@ def test_a_corrupted_message_fails_botocores_checksum() -> None:
 # --- configuration -----------------------------------------------------------------------------
 
 
+@pytest.mark.parametrize("value", [0, -1.0, float("inf"), float("nan")])
+def test_fanout_reader_durations_must_be_finite_positive_seconds(value: float) -> None:
+    # the reader used its own "> 0" check, which let infinity through (a subscription never renewed)
+    with pytest.raises(ConfigurationError, match="renew_after must be a finite number of seconds > 0"):
+        FanOutReader(None, "orders", "shardId-000000000000", None, renew_after=value)  # type: ignore[arg-type]
+
+
 @pytest.mark.parametrize(
     ("kwargs", "message"),
     [

@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 from botocore.exceptions import ClientError
 
+from kinesis.aws_errors import error_code
 from kinesis.consumer.shards import named_client_error
 from kinesis.consumer.throttling import call_with_retries
 from kinesis.errors import (
@@ -106,7 +107,7 @@ class ConsumerRegistration:
             self._call("DeregisterStreamConsumer", lambda: self.client.deregister_stream_consumer(
                 StreamARN=self._stream(), ConsumerARN=arn))
         except ClientError as exc:
-            if _code(exc) == "ResourceNotFoundException":
+            if error_code(exc) == "ResourceNotFoundException":
                 return False
             raise self._named(exc, "DeregisterStreamConsumer") from exc
         log.info("deregistered stream consumer %s", arn)
@@ -150,7 +151,7 @@ class ConsumerRegistration:
             answer = self._call("DescribeStreamConsumer", lambda: self.client.describe_stream_consumer(
                 StreamARN=stream_arn, ConsumerName=self.consumer_name))
         except ClientError as exc:
-            if _code(exc) == "ResourceNotFoundException":
+            if error_code(exc) == "ResourceNotFoundException":
                 return None
             raise self._named(exc, "DescribeStreamConsumer") from exc
         description: dict[str, Any] = answer["ConsumerDescription"]
@@ -162,7 +163,7 @@ class ConsumerRegistration:
             try:
                 answer = self.client.register_stream_consumer(StreamARN=stream_arn, ConsumerName=self.consumer_name)
             except ClientError as exc:
-                code = _code(exc)
+                code = error_code(exc) or ""
                 if code == "ResourceInUseException":  # registered meanwhile by another member
                     described = self._describe()
                     if described is not None:
@@ -245,6 +246,3 @@ def deregister_on_stop(
             failed.append((spec, exc))
     return failed
 
-
-def _code(exc: ClientError) -> str:
-    return str(exc.response.get("Error", {}).get("Code", ""))

@@ -45,12 +45,14 @@ from typing import Any
 
 from botocore.exceptions import BotoCoreError, ClientError
 
+from kinesis.aws_errors import error_code
 from kinesis.consumer.consumer_registration import ConsumerRegistration
 from kinesis.consumer.positions import Checkpoint, InitialPosition, Position
 from kinesis.consumer.reader import MAX_GET_RECORDS_LIMIT, ReadResult
 from kinesis.consumer.records import Record, records_from_response
 from kinesis.consumer.shards import named_client_error
 from kinesis.consumer.throttling import is_retryable
+from kinesis.durations import check_seconds
 from kinesis.errors import (
     ConfigurationError,
     KinesisAccessDeniedError,
@@ -161,8 +163,7 @@ class FanOutReader:
                 f"start must be a Position (resume after a checkpoint) or an InitialPosition, got {start!r}"
             )
         for name, value in (("max_block", max_block), ("renew_after", renew_after), ("max_backoff", max_backoff)):
-            if not value > 0:
-                raise ConfigurationError(f"{name} must be > 0 seconds, got {value!r}")
+            check_seconds(name, value)
         self.client = kinesis_client
         self.stream_name = stream_name
         self.shard_id = shard_id
@@ -374,7 +375,7 @@ class FanOutReader:
         self._not_before = time.monotonic() + delay * random.uniform(1.0, 1.25)
 
     def _on_subscribe_error(self, exc: ClientError, arn: str) -> None:
-        code = _code(exc)
+        code = error_code(exc) or ""
         if code in BACKOFF_CODES:
             self._count_in_use(code, exc)
             self._back_off()
@@ -389,7 +390,7 @@ class FanOutReader:
         raise self._named(exc, arn) from exc
 
     def _on_stream_error(self, exc: BaseException) -> None:
-        code = _code(exc) if isinstance(exc, ClientError) else ""
+        code = error_code(exc) or ""
         if code in BACKOFF_CODES:  # a newer subscription took over (or a rate limit)
             self._count_in_use(code, exc)
             self._back_off()
@@ -420,7 +421,7 @@ class FanOutReader:
             ) from exc
 
     def _named(self, exc: ClientError, arn: str) -> KinesisHashRingError | ClientError:
-        code = _code(exc)
+        code = error_code(exc) or ""
         if is_access_denied(exc):
             action = "kinesis:SubscribeToShard"
             target = f"stream consumer {arn} (stream {self.stream_name!r}; the IAM resource is the consumer ARN)"
@@ -438,8 +439,3 @@ class FanOutReader:
         named = named_client_error(self.client, self.stream_name, "SubscribeToShard", exc)
         return named if named is not None else exc
 
-
-def _code(exc: BaseException) -> str:
-    if not isinstance(exc, ClientError):
-        return ""
-    return str(exc.response.get("Error", {}).get("Code", ""))

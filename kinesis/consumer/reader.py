@@ -21,6 +21,7 @@ from typing import Any
 
 from botocore.exceptions import ClientError
 
+from kinesis.aws_errors import error_code
 from kinesis.consumer.positions import Checkpoint, InitialPosition, Position, iterator_args
 from kinesis.consumer.records import Record, records_from_response
 from kinesis.consumer.shards import named_client_error
@@ -268,7 +269,7 @@ class ShardReader:
                 )
                 return response
             except ClientError as exc:
-                code = _code(exc)
+                code = error_code(exc) or ""
                 if code == "ExpiredIteratorException" and renewals < self.max_iterator_renewals:
                     # Re-acquire just after the last record delivered: no loss, no duplicate.
                     renewals += 1
@@ -302,7 +303,7 @@ class ShardReader:
                 "GetShardIterator",
             )
         except ClientError as exc:
-            code = _code(exc)
+            code = error_code(exc) or ""
             if code == "InvalidArgumentException":
                 raise StartingPositionRejectedError(
                     f"GetShardIterator refused to start shard {self.shard_id} of stream "
@@ -337,7 +338,7 @@ class ShardReader:
 
     def _named(self, exc: ClientError, operation: str) -> KinesisHashRingError | None:
         """The named error for a non-retryable ClientError (None: re-raise it as it is)."""
-        if _code(exc) == "ResourceNotFoundException":
+        if error_code(exc) == "ResourceNotFoundException":
             return self._not_found(exc)
         return named_client_error(self.client, self.stream_name, operation, exc)
 
@@ -353,9 +354,6 @@ class ShardReader:
         assert isinstance(error, StreamNotFoundError)
         return error
 
-
-def _code(exc: ClientError) -> str:
-    return str(exc.response.get("Error", {}).get("Code", ""))
 
 
 def read_range(

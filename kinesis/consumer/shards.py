@@ -18,6 +18,7 @@ from typing import Any
 from botocore.exceptions import ClientError
 from cachetools import TTLCache
 
+from kinesis.aws_errors import error_code
 from kinesis.consumer.throttling import call_with_retries
 from kinesis.errors import (
     ConfigurationError,
@@ -89,7 +90,7 @@ def named_client_error(client: Any, stream_name: str, operation: str, exc: Clien
     (the stream is being created, deleted or updated): :class:`StreamNotActiveError`;
     ``AccessDeniedException``: :class:`KinesisAccessDeniedError` naming the IAM action.
     """
-    code = _code(exc)
+    code = error_code(exc) or ""
     if code == "ResourceNotFoundException":
         return stream_not_found(client, stream_name, exc)
     if code == "ResourceInUseException":
@@ -186,7 +187,7 @@ class ShardDiscovery:
                 try:
                     page = self._page(NextToken=token)
                 except ClientError as exc:
-                    if _code(exc) != "ExpiredNextTokenException" or not found:
+                    if error_code(exc) != "ExpiredNextTokenException" or not found:
                         raise
                     # The listing took longer than the token lives: continue after the last
                     # shard seen (shard ids grow monotonically, so nothing is skipped).
@@ -198,9 +199,6 @@ class ShardDiscovery:
             raise
         return sorted(found.values(), key=lambda s: s.shard_id)
 
-
-def _code(exc: ClientError) -> str:
-    return str(exc.response.get("Error", {}).get("Code", ""))
 
 
 def shard_order(shards: Iterable[Shard]) -> list[Shard]:
