@@ -1,6 +1,16 @@
-"""A pure-Python Kinesis consumer with a balanced, fenced DynamoDB lease loop."""
+"""A pure-Python Kinesis consumer with a balanced, fenced DynamoDB lease loop.
 
-from kinesis.consumer.fanout_reader import FanOutReader
+This package is the Worker's surface: the Worker and its configuration, the processor API,
+positions, memberships and the errors a Worker user catches. The generic lease loop (for
+other resources than shards) is :mod:`kinesis.lease_loop`; test doubles are in
+:mod:`kinesis.testing`; the readers and shard discovery are internal to
+:mod:`kinesis.consumer`.
+"""
+
+import importlib
+import warnings
+from typing import Any
+
 from kinesis.consumer.kclpy_adapter import KclpyProcessor
 from kinesis.consumer.kclpy_checkpointer import KclpyCheckpointError
 from kinesis.consumer.positions import (
@@ -14,9 +24,7 @@ from kinesis.consumer.positions import (
 from kinesis.consumer.prepared_checkpointer import PreparedCheckpointer
 from kinesis.consumer.processing_failures import FailedBatch, FailureAction, ProcessorRetryPolicy
 from kinesis.consumer.processor import Checkpointer, InitializationInput, RecordProcessor
-from kinesis.consumer.reader import ReadResult, ShardReader, read_range
 from kinesis.consumer.records import Record
-from kinesis.consumer.shards import Shard, ShardDiscovery, ready_shards, shard_order
 from kinesis.consumer.worker import StreamConfig, Worker, WorkerConfig, WorkerStatus, lease_key
 from kinesis.errors import (
     CheckpointError,
@@ -38,15 +46,6 @@ from kinesis.errors import (
     StreamNotActiveError,
     StreamNotFoundError,
 )
-from kinesis.lease_loop.clock import FakeClock
-from kinesis.lease_loop.coordinator import (
-    CoordinatorStatus,
-    LeaseCoordinator,
-    LeaseListener,
-    NullListener,
-)
-from kinesis.lease_loop.lease_model import Lease, LeaseState, TableSnapshot
-from kinesis.lease_loop.leases import LeaseTable
 from kinesis.lease_loop.membership import DynamoDBMembership
 from kinesis.lease_loop.session_membership import SessionMembership
 from kinesis.log_setup import setup_logging
@@ -60,16 +59,13 @@ __all__ = [
     "CheckpointRegressionError",
     "Checkpointer",
     "ConfigurationError",
-    "CoordinatorStatus",
     "CorruptLeaseError",
     "DuplicateMemberIdError",
     "DynamoDBMembership",
     "FailedBatch",
     "FailureAction",
-    "FakeClock",
     "FanOutConsumerLimitError",
     "FanOutConsumerNotActiveError",
-    "FanOutReader",
     "InitialPosition",
     "InitializationInput",
     "InvalidSequenceNumberError",
@@ -77,38 +73,55 @@ __all__ = [
     "KclpyProcessor",
     "KinesisAccessDeniedError",
     "KinesisHashRingError",
-    "Lease",
-    "LeaseCoordinator",
-    "LeaseListener",
     "LeaseLostError",
-    "LeaseState",
-    "LeaseTable",
     "LeaseTableAccessDeniedError",
     "LeaseTableError",
     "LeaseTableNotFoundError",
     "LeaseTableSchemaError",
-    "NullListener",
     "Position",
     "PreparedCheckpointer",
     "ProcessorRetryPolicy",
     "ProcessorStyleError",
-    "ReadResult",
     "Record",
     "RecordProcessor",
     "SessionMembership",
-    "Shard",
-    "ShardDiscovery",
-    "ShardReader",
     "StreamConfig",
     "StreamNotActiveError",
     "StreamNotFoundError",
-    "TableSnapshot",
     "Worker",
     "WorkerConfig",
     "WorkerStatus",
     "lease_key",
-    "read_range",
-    "ready_shards",
     "setup_logging",
-    "shard_order",
 ]
+
+_MOVED = {
+    "CoordinatorStatus": "kinesis.lease_loop",
+    "LeaseCoordinator": "kinesis.lease_loop",
+    "LeaseListener": "kinesis.lease_loop",
+    "NullListener": "kinesis.lease_loop",
+    "Lease": "kinesis.lease_loop",
+    "LeaseState": "kinesis.lease_loop",
+    "LeaseTable": "kinesis.lease_loop",
+    "TableSnapshot": "kinesis.lease_loop",
+    "FakeClock": "kinesis.testing",
+    "FanOutReader": "kinesis.consumer.fanout_reader",
+    "ReadResult": "kinesis.consumer.reader",
+    "ShardReader": "kinesis.consumer.reader",
+    "read_range": "kinesis.consumer.reader",
+    "Shard": "kinesis.consumer.shards",
+    "ShardDiscovery": "kinesis.consumer.shards",
+    "ready_shards": "kinesis.consumer.shards",
+    "shard_order": "kinesis.consumer.shards",
+}
+"""Names this package exported before 0.2, and where they live now (kept one release)."""
+
+
+def __getattr__(name: str) -> Any:
+    """The names of :data:`_MOVED`, with a DeprecationWarning naming the new import."""
+    module = _MOVED.get(name)
+    if module is None:
+        raise AttributeError(f"module 'kinesis' has no attribute {name!r}")
+    warnings.warn(f"'from kinesis import {name}' is deprecated: use 'from {module} import {name}' "
+                  "(the old import goes in the next release)", DeprecationWarning, stacklevel=2)
+    return getattr(importlib.import_module(module), name)

@@ -21,7 +21,6 @@ from botocore.eventstream import ChecksumMismatch, EventStreamBuffer
 from kinesis import (
     ConfigurationError,
     FanOutConsumerLimitError,
-    FanOutReader,
     InitialPosition,
     KinesisAccessDeniedError,
     Position,
@@ -30,6 +29,7 @@ from kinesis import (
     WorkerConfig,
 )
 from kinesis.consumer.consumer_registration import ConsumerRegistration
+from kinesis.consumer.fanout_reader import FanOutReader
 from kinesis.lease_loop.leases import LeaseTable
 from kinesis.testing import LocalAWS, client_for
 from tests.support import eventstream

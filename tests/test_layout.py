@@ -1,13 +1,22 @@
-"""The package layout: the generic lease loop does not depend on the Kinesis consumer."""
+"""The architecture: imports go one way (hashring -> kinesis.lease_loop -> kinesis.consumer ->
+spark_integration), with no cycle among first-party modules, the pure modules stay pure, and
+each package exports its audience's names (old names of ``kinesis`` warn for one release)."""
 
 from __future__ import annotations
 
 import ast
+import importlib
+import warnings
 from pathlib import Path
+
+import pytest
 
 import kinesis
 
-LEASE_LOOP = Path(kinesis.__file__).parent / "lease_loop"
+ROOT = Path(kinesis.__file__).resolve().parent.parent
+PACKAGES = ("hashring", "kinesis", "spark_integration")
+LEASE_LOOP = ROOT / "kinesis" / "lease_loop"
+CONSUMER = ROOT / "kinesis" / "consumer"
 
 
 def module_level_imports(path: Path) -> set[str]:
@@ -22,13 +31,58 @@ def module_level_imports(path: Path) -> set[str]:
     return found
 
 
-def test_the_lease_loop_imports_nothing_of_the_consumer() -> None:
-    offenders = {
-        path.name: sorted(m for m in module_level_imports(path) if m.startswith("kinesis.consumer"))
-        for path in sorted(LEASE_LOOP.glob("*.py"))
-    }
-    assert {name: mods for name, mods in offenders.items() if mods} == {}
-    assert len(offenders) >= 8  # the sub-package is where the layout says
+def first_party_modules() -> dict[str, Path]:
+    modules = {}
+    for package in PACKAGES:
+        for path in sorted((ROOT / package).rglob("*.py")):
+            parts = path.relative_to(ROOT).with_suffix("").parts
+            modules[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
+    return modules
+
+
+def import_graph() -> dict[str, set[str]]:
+    modules = first_party_modules()
+    return {name: {m for m in module_level_imports(path) if m in modules and m != name}
+            for name, path in modules.items()}
+
+
+def test_imports_go_one_way_between_the_layers() -> None:
+    layers = ["hashring", "kinesis.lease_loop", "kinesis.consumer", "spark_integration"]
+
+    def layer(module: str) -> int | None:
+        found = [i for i, prefix in enumerate(layers) if module == prefix or module.startswith(prefix + ".")]
+        return found[-1] if found else None
+
+    upward = []
+    for module, imports in import_graph().items():
+        here = layer(module)
+        for imported in imports:
+            there = layer(imported)
+            if here is not None and there is not None and there > here:
+                upward.append(f"{module} imports {imported}")
+    assert upward == []
+
+
+def test_no_import_cycle_among_first_party_modules() -> None:
+    graph = import_graph()
+    state: dict[str, int] = {}  # 1: on the path, 2: done
+    cycles: list[list[str]] = []
+
+    def visit(module: str, path: list[str]) -> None:
+        state[module] = 1
+        for imported in sorted(graph[module]):
+            if imported.startswith(module + "."):
+                continue  # a package's __init__ importing its own modules is no cycle
+            if state.get(imported) == 1:
+                cycles.append([*path[path.index(imported):], imported] if imported in path else [module, imported])
+            elif imported not in state:
+                visit(imported, [*path, imported])
+        state[module] = 2
+
+    for module in sorted(graph):
+        if module not in state:
+            visit(module, [module])
+    assert cycles == []
 
 
 def test_the_decisions_are_pure() -> None:
@@ -38,56 +92,11 @@ def test_the_decisions_are_pure() -> None:
     assert module_level_imports(LEASE_LOOP / "decisions.py") <= allowed
 
 
-def test_the_coordinator_is_split_into_its_parts() -> None:
-    parts = {"coordinator", "decisions", "holder", "handoffs", "acquisitions", "observations", "planner",
-             "round_loop", "write_pool", "resource_keys", "coordinator_settings", "member_list", "lease_timing",
-             "scoped_reads", "lifecycle", "round_reads", "round_record"}
-    assert parts <= {path.stem for path in LEASE_LOOP.glob("*.py")}
-    imported = module_level_imports(LEASE_LOOP / "coordinator.py")
-    assert {f"kinesis.lease_loop.{p}" for p in parts - {"coordinator", "lease_timing"}} <= imported
-
-
-def test_the_public_names_are_unchanged() -> None:
-    for name in ("Worker", "WorkerConfig", "LeaseCoordinator", "LeaseTable", "DynamoDBMembership",
-                 "Checkpoint", "Position", "RecordProcessor", "ShardReader", "FakeClock"):
-        assert getattr(kinesis, name).__module__.startswith(("kinesis.lease_loop", "kinesis.consumer"))
-
-
-CONSUMER = Path(kinesis.__file__).parent / "consumer"
-
-
-def test_the_lease_table_is_split_into_its_parts() -> None:
-    parts = {"table_calls", "table_setup", "table_reads", "member_rows", "write_rules"}
-    assert parts <= {path.stem for path in LEASE_LOOP.glob("*.py")}
-    assert {f"kinesis.lease_loop.{p}" for p in parts} <= module_level_imports(LEASE_LOOP / "leases.py")
-
-
 def test_the_write_rules_are_pure() -> None:
     # no client, no retries, no clock: what a write sets, on what condition, what a failure means
     allowed = {"__future__", "collections.abc", "typing", "kinesis.errors", "kinesis.lease_loop",
                "kinesis.lease_loop.lease_model"}
     assert module_level_imports(LEASE_LOOP / "write_rules.py") <= allowed
-
-
-def imported_names(path: Path) -> set[str]:
-    """``module.name`` for every ``from module import name`` at module level."""
-    tree = ast.parse(path.read_text())
-    return {f"{node.module}.{alias.name}" for node in tree.body
-            if isinstance(node, ast.ImportFrom) and node.module for alias in node.names}
-
-
-def test_the_worker_is_split_into_its_parts() -> None:
-    path = CONSUMER / "worker.py"
-    parts = {"kinesis.consumer.worker_setup", "kinesis.consumer.worker_health"}
-    assert parts <= module_level_imports(path) | imported_names(path)
-    assert "kinesis.consumer.consumer_registration.deregister_on_stop" in imported_names(path)
-
-
-def test_the_shard_consumer_is_split_into_its_parts() -> None:
-    parts = {"kinesis.consumer.batch_retries", "kinesis.consumer.read_failures", "kinesis.consumer.shard_start",
-             "kinesis.consumer.shard_end", "kinesis.consumer.shard_status"}
-    assert parts <= module_level_imports(CONSUMER / "shard_consumer.py")
-    assert "kinesis.consumer.consumer_pool.ConsumerPool" in imported_names(CONSUMER / "worker.py")
 
 
 def test_the_read_backoff_and_the_shard_start_are_pure() -> None:
@@ -98,18 +107,38 @@ def test_the_read_backoff_and_the_shard_start_are_pure() -> None:
         "__future__", "dataclasses", "datetime", "kinesis.consumer.positions"}
 
 
-SPARK = Path(__file__).resolve().parent.parent / "spark_integration"
-
-
-def test_the_source_options_are_split_into_their_parts() -> None:
-    parts = {"spark_integration.option_values", "spark_integration.role_options",
-             "spark_integration.group_options"}
-    assert parts <= module_level_imports(SPARK / "options.py")
-    # the value parsers are plain functions of the text: no I/O, no Spark, no AWS
+def test_the_source_option_parsers_are_pure() -> None:
+    # plain functions of the text: no I/O, no Spark, no AWS
     allowed = {"__future__", "re", "collections.abc", "datetime", "urllib.parse", "kinesis.errors"}
-    assert module_level_imports(SPARK / "option_values.py") <= allowed
+    assert module_level_imports(ROOT / "spark_integration" / "option_values.py") <= allowed
 
 
-def test_the_source_options_stay_small() -> None:
-    lines = len((SPARK / "options.py").read_text().splitlines())
-    assert lines <= 400, f"options.py has {lines} lines: move an option group into a part"
+# --- the public surfaces ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("package", ["kinesis", "kinesis.lease_loop"])
+def test_every_exported_name_resolves(package: str) -> None:
+    module = importlib.import_module(package)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no exported name is a deprecated one
+        assert all(getattr(module, name) is not None for name in module.__all__)
+
+
+def test_the_worker_surface_leaves_the_lease_loop_and_the_readers_out() -> None:
+    assert {"Worker", "WorkerConfig", "StreamConfig", "RecordProcessor", "Checkpoint", "Position",
+            "SessionMembership", "DynamoDBMembership", "LeaseLostError"} <= set(kinesis.__all__)
+    assert not {"LeaseCoordinator", "LeaseTable", "ShardReader", "FanOutReader", "FakeClock",
+                "read_range", "shard_order"} & set(kinesis.__all__)
+
+
+@pytest.mark.parametrize("name", sorted(kinesis._MOVED))
+def test_an_old_import_from_kinesis_still_works_with_a_deprecation_warning(name: str) -> None:
+    new_home = importlib.import_module(kinesis._MOVED[name])
+    with pytest.warns(DeprecationWarning, match=f"use 'from {kinesis._MOVED[name]} import {name}'"):
+        old = getattr(kinesis, name)
+    assert old is getattr(new_home, name)
+
+
+def test_an_unknown_name_is_still_an_attribute_error() -> None:
+    with pytest.raises(AttributeError, match="no attribute 'Nope'"):
+        kinesis.Nope  # type: ignore[attr-defined]  # noqa: B018
