@@ -178,29 +178,18 @@ class DuplicateMemberIdError(KinesisHashRingError):
     """Another process heartbeats with this member id: every member needs a unique id."""
 
 
-# --- Spark source (spark_integration) ---------------------------------------------------
+_MOVED = ("InvalidOptionError", "InvalidOffsetError", "InvalidOffsetSequenceNumberError",
+          "OffsetRangeUnavailableError", "DataLossError")
+"""The Spark source's errors, here before 0.2, now in :mod:`spark_integration.errors` (kept one release)."""
 
 
-class InvalidOptionError(ConfigurationError):
-    """A ``kinesis`` data source option is missing or wrong; ``option`` names it."""
+def __getattr__(name: str) -> type:
+    """The names of :data:`_MOVED`, with a DeprecationWarning naming the new import."""
+    if name not in _MOVED:
+        raise AttributeError(f"module 'kinesis.errors' has no attribute {name!r}")
+    import importlib
+    import warnings
 
-    def __init__(self, message: str, option: str = ""):
-        super().__init__(message)
-        self.option = option
-
-
-class InvalidOffsetError(KinesisHashRingError, ValueError):
-    """A Spark offset for the ``kinesis`` source cannot be read (corrupt or foreign checkpoint)."""
-
-
-class InvalidOffsetSequenceNumberError(InvalidOffsetError, InvalidSequenceNumberError):
-    """A Spark offset entry has a malformed sequence number (the message names the entry)."""
-
-
-class OffsetRangeUnavailableError(KinesisHashRingError):
-    """A planned micro-batch range can no longer be read in full (records trimmed meanwhile)."""
-
-
-class DataLossError(OffsetRangeUnavailableError):
-    """Records the query had not read yet are gone (trimmed after the retention period, or the
-    stream was re-created); raised with ``failOnDataLoss=true``, naming the shard and range."""
+    warnings.warn(f"'from kinesis.errors import {name}' is deprecated: use 'from spark_integration.errors "
+                  f"import {name}' (the old import goes in the next release)", DeprecationWarning, stacklevel=2)
+    return getattr(importlib.import_module("spark_integration.errors"), name)

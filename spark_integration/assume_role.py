@@ -25,12 +25,8 @@ from botocore.credentials import (
 )
 from botocore.exceptions import ClientError
 
-from kinesis.errors import (
-    InvalidOptionError,
-    KinesisAccessDeniedError,
-    access_denied_message,
-    is_access_denied,
-)
+from kinesis.errors import KinesisAccessDeniedError, access_denied_message, is_access_denied
+from spark_integration.errors import InvalidOptionError
 from spark_integration.options import AssumeRoleOptions
 
 log = logging.getLogger(__name__)

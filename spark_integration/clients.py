@@ -15,8 +15,8 @@ import botocore.session
 from botocore.config import Config
 from botocore.utils import parse_timestamp
 
-from kinesis.errors import InvalidOptionError
 from spark_integration.assume_role import use_role
+from spark_integration.errors import InvalidOptionError
 from spark_integration.options import AssumeRoleOptions, KinesisOptions
 
 _CLIENTS: dict[tuple[str, str | None, str | None, str, AssumeRoleOptions | None], Any] = {}

@@ -16,7 +16,7 @@ executors (reading a logged range):
 * a logged range ends before its planned end.
 
 With ``failOnDataLoss=true`` (the default) :func:`data_lost` raises
-:class:`~kinesis.errors.DataLossError` naming the shard, the range and the option, which fails
+:class:`~spark_integration.errors.DataLossError` naming the shard, the range and the option, which fails
 the query. With ``false`` the read goes on from the trim horizon (the oldest record Kinesis
 still has), and each loss is logged as a WARNING and added to :data:`LOSSES` (per process: the
 driver's losses in the driver's source process, each executor's in its Python worker).
@@ -29,7 +29,7 @@ import threading
 from dataclasses import dataclass, field
 
 from kinesis.consumer.positions import Checkpoint, Position
-from kinesis.errors import DataLossError
+from spark_integration.errors import DataLossError
 from spark_integration.offsets import timestamp_ms
 
 log = logging.getLogger(__name__)

@@ -17,9 +17,9 @@ from __future__ import annotations
 import time
 from collections.abc import Mapping
 
-from kinesis.errors import InvalidOptionError
 from kinesis.lease_loop.leases import LeaseTable
 from spark_integration.clients import client
+from spark_integration.errors import InvalidOptionError
 from spark_integration.options import parse_options
 
 #: How often the lease table is read while waiting.

@@ -27,11 +27,8 @@ from typing import Any
 
 from kinesis.consumer.positions import TRIM_HORIZON, Checkpoint, InitialPosition, Position
 from kinesis.consumer.shards import Shard, ready_shards
-from kinesis.errors import (
-    InvalidOffsetError,
-    InvalidOffsetSequenceNumberError,
-    InvalidSequenceNumberError,
-)
+from kinesis.errors import InvalidSequenceNumberError
+from spark_integration.errors import InvalidOffsetError, InvalidOffsetSequenceNumberError
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _MS = timedelta(milliseconds=1)

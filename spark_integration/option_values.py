@@ -1,7 +1,7 @@
 """One option value of the ``kinesis`` source: integers, booleans, sizes, durations, URLs, times.
 
 Each helper reads one option from the lower-cased option map, returns its default when unset,
-and raises :class:`~kinesis.errors.InvalidOptionError` naming the option (:func:`fail`) when
+and raises :class:`~spark_integration.errors.InvalidOptionError` naming the option (:func:`fail`) when
 the value is malformed or out of range. No I/O: plain functions of the text.
 """
 
@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from datetime import UTC, datetime
 from urllib.parse import urlparse
 
-from kinesis.errors import InvalidOptionError
+from spark_integration.errors import InvalidOptionError
 
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h)?\s*$")
 _DURATION_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, None: 1.0}

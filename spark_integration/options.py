@@ -1,6 +1,6 @@
 """Options of the ``kinesis`` data source: parsed and validated once, on the driver.
 
-Every problem raises :class:`~kinesis.errors.InvalidOptionError` naming the option and saying how
+Every problem raises :class:`~spark_integration.errors.InvalidOptionError` naming the option and saying how
 to fix it. Values are never echoed for options whose name looks secret: credentials come from the
 normal boto3 chain (environment, profile, instance/pod role), never from options; ``roleArn``
 exchanges them for an assumed role's (:mod:`spark_integration.assume_role`), and
@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from kinesis.consumer.positions import TRIM_HORIZON, Checkpoint
-from kinesis.errors import InvalidOptionError
+from spark_integration.errors import InvalidOptionError
 from spark_integration.group_options import (
     KUBERNETES_MODES,
     GroupOptions,

@@ -9,7 +9,7 @@ its end (then exactly the records up to that end are shipped), and if the partit
 stays within ``maxShippedBytesPerPartition``. Executors yield shipped records without calling
 Kinesis. Every other range (a replay after a driver restart, a range the cache does not hold
 exactly, a payload over the cap) ships nothing and the executor reads it from Kinesis as before,
-with the same :class:`~kinesis.errors.OffsetRangeUnavailableError` guarantee.
+with the same :class:`~spark_integration.errors.OffsetRangeUnavailableError` guarantee.
 
 Memory: one range per shard, each at most the per-partition cap, at most
 :data:`MAX_CACHE_BYTES` in all (least recently probed shards go first). A range leaves the cache

@@ -51,11 +51,11 @@ from kinesis import (
 from kinesis.consumer.aggregation import MAGIC, aggregate
 from kinesis.consumer.positions import InitialPosition
 from kinesis.consumer.reader import read_range
-from kinesis.errors import InvalidOptionError
 from kinesis.lease_loop.coordinator import LeaseCoordinator
 from kinesis.lease_loop.lease_model import TRIM_HORIZON, Lease, lease_to_item
 from kinesis.lease_loop.leases import LeaseTable
 from kinesis.testing import LocalAWS, client_for
+from spark_integration.errors import InvalidOptionError
 from spark_integration.options import parse_options
 from tests.support.fake_k8s import FakeClock, FakeKubernetes
 from tests.support.kinesis_faults import FaultInjector

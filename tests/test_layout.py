@@ -109,7 +109,7 @@ def test_the_read_backoff_and_the_shard_start_are_pure() -> None:
 
 def test_the_source_option_parsers_are_pure() -> None:
     # plain functions of the text: no I/O, no Spark, no AWS
-    allowed = {"__future__", "re", "collections.abc", "datetime", "urllib.parse", "kinesis.errors"}
+    allowed = {"__future__", "re", "collections.abc", "datetime", "urllib.parse", "spark_integration.errors"}
     assert module_level_imports(ROOT / "spark_integration" / "option_values.py") <= allowed
 
 
@@ -142,3 +142,15 @@ def test_an_old_import_from_kinesis_still_works_with_a_deprecation_warning(name:
 def test_an_unknown_name_is_still_an_attribute_error() -> None:
     with pytest.raises(AttributeError, match="no attribute 'Nope'"):
         kinesis.Nope  # type: ignore[attr-defined]  # noqa: B018
+
+
+def test_the_spark_sources_errors_live_in_spark_integration() -> None:
+    import kinesis.errors
+    import spark_integration.errors
+
+    for name in kinesis.errors._MOVED:
+        with pytest.warns(DeprecationWarning, match=f"use 'from spark_integration.errors import {name}'"):
+            old = getattr(kinesis.errors, name)
+        assert old is getattr(spark_integration.errors, name)
+        assert issubclass(old, kinesis.errors.KinesisHashRingError)  # one except still catches them
+    assert not [n for n in vars(kinesis.errors) if n in kinesis.errors._MOVED]

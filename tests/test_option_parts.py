@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from kinesis.errors import InvalidOptionError
+from spark_integration.errors import InvalidOptionError
 from spark_integration.group_options import GROUP_ONLY, KUBERNETES_ONLY, group_options
 from spark_integration.option_values import (
     bool_option,

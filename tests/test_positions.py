@@ -41,11 +41,11 @@ from kinesis.errors import (
     ConfigurationError,
     CorruptLeaseError,
     InvalidCheckpointError,
-    InvalidOffsetError,
 )
 from kinesis.lease_loop.lease_model import Lease, LeaseState, lease_from_item, lease_to_item
 from kinesis.lease_loop.leases import LeaseTable
 from kinesis.sequence_numbers import check_sequence_number, check_sub_sequence_number
+from spark_integration.errors import InvalidOffsetError
 from spark_integration.offsets import (
     SourceOffset,
     at_timestamp_ms,

@@ -17,9 +17,9 @@ from typing import Any
 
 import pytest
 
-from kinesis.errors import DataLossError, OffsetRangeUnavailableError
 from kinesis.testing import LocalAWS
 from spark_integration.data_loss import LOSSES
+from spark_integration.errors import DataLossError, OffsetRangeUnavailableError
 from tests.spark_support import (
     create_stream,
     executor_ids,

@@ -16,10 +16,11 @@ from typing import Any
 import pytest
 
 from kinesis.consumer.aggregation import aggregate
-from kinesis.errors import DataLossError, FanOutConsumerLimitError
+from kinesis.errors import FanOutConsumerLimitError
 from kinesis.testing import LocalAWS
 from spark_integration.batch_reader import KinesisBatchReader
 from spark_integration.data_loss import LOSSES
+from spark_integration.errors import DataLossError
 from spark_integration.options import parse_options
 from tests.spark_support import (
     create_stream,

@@ -26,8 +26,8 @@ from hashring.errors import (
     OwnPodNotFoundError,
     PodOwnerError,
 )
-from kinesis.errors import InvalidOptionError
 from kinesis.testing import LocalAWS
+from spark_integration.errors import InvalidOptionError
 from spark_integration.membership import open_kubernetes_membership
 from spark_integration.options import KubernetesOptions, parse_options
 from tests.spark_support import create_stream, read_json_sink, wait_for

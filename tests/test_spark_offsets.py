@@ -8,7 +8,7 @@ import pytest
 
 from kinesis.consumer.positions import TRIM_HORIZON, Position
 from kinesis.consumer.shards import Shard
-from kinesis.errors import InvalidOffsetError
+from spark_integration.errors import InvalidOffsetError
 from spark_integration.offsets import (
     ShardOffset,
     SourceOffset,

@@ -6,7 +6,8 @@ import pickle
 
 import pytest
 
-from kinesis.errors import ConfigurationError, InvalidOptionError
+from kinesis.errors import ConfigurationError
+from spark_integration.errors import InvalidOptionError
 from spark_integration.options import (
     DEFAULT_MAX_SHIPPED_BYTES,
     parse_bytes,

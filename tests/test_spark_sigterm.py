@@ -19,10 +19,10 @@ from typing import Any
 
 import pytest
 
-from kinesis.errors import InvalidOptionError
 from kinesis.lease_loop.lease_model import Checkpoint
 from kinesis.lease_loop.leases import LeaseTable
 from kinesis.testing import LocalAWS
+from spark_integration.errors import InvalidOptionError
 from spark_integration.handover import wait_for_handover
 from spark_integration.sigterm import SigtermStop
 from tests.spark_support import create_stream, put_json
