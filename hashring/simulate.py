@@ -60,7 +60,7 @@ from hashring.sim.fleet import (
     check_scenario,
     timeline,
 )
-from hashring.sim.placers import SIM_STRATEGIES, KeySet, Placer, make_placer
+from hashring.sim.placers import SIM_STRATEGIES, Placer, SimKeys, make_placer
 
 __all__ = [
     "DEFAULT_KEYS",
@@ -188,7 +188,7 @@ def _optimum(tl: Timeline, k: int, start_owners: Sequence[str]) -> tuple[int, in
 
 
 def run_timeline(
-    placer: Placer, keys: KeySet, tl: Timeline, start_owners: Sequence[str] | None = None
+    placer: Placer, keys: SimKeys, tl: Timeline, start_owners: Sequence[str] | None = None
 ) -> tuple[ScenarioResult, list[list[str]]]:
     """Follow ``tl`` with ``placer``; returns the result and the owners of every state."""
     owners = [list(start_owners) if start_owners is not None else placer.place(tl.states[0], None)]
@@ -368,13 +368,13 @@ def run_grid(
     for n in n_list:
         for s in scen:
             check_member_count(s, n)
-    probe = KeySet.kinesis(consumer, 1)
+    probe = SimKeys.kinesis(consumer, 1)
     for name in strat:
         make_placer(name, probe, vnodes=vnodes)  # unknown names fail before any work
     started = time.perf_counter()
     results: list[ScenarioResult] = []
     for k in k_list:
-        keyset = KeySet.kinesis(consumer, k)
+        keyset = SimKeys.kinesis(consumer, k)
         for n in n_list:
             for name in strat:
                 placer = make_placer(name, keyset, vnodes=vnodes)

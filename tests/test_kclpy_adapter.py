@@ -32,8 +32,7 @@ from kinesis import (
     WorkerConfig,
 )
 from kinesis.consumer.kclpy_checkpointer import KclpyCheckpointer
-from kinesis.consumer.kclpy_inputs import InitializeInput
-from kinesis.consumer.kclpy_inputs import Record as KclpyRecord
+from kinesis.consumer.kclpy_inputs import InitializeInput, KclpyRecord
 from kinesis.consumer.lease_checkpointer import LeaseCheckpointer
 from kinesis.consumer.positions import InitialPosition
 from kinesis.consumer.processor import InMemoryCheckpointer

@@ -154,3 +154,19 @@ def test_the_spark_sources_errors_live_in_spark_integration() -> None:
         assert old is getattr(spark_integration.errors, name)
         assert issubclass(old, kinesis.errors.KinesisHashRingError)  # one except still catches them
     assert not [n for n in vars(kinesis.errors) if n in kinesis.errors._MOVED]
+
+
+def test_no_two_public_classes_share_a_name() -> None:
+    # kinesis.errors.ConfigurationError subclasses hashring.errors.ConfigurationError (one
+    # hierarchy: catching hashring's catches both), so it keeps the name on purpose
+    defined: dict[str, list[str]] = {}
+    for name, path in first_party_modules().items():
+        for node in ast.parse(path.read_text()).body:
+            if isinstance(node, ast.ClassDef) and not node.name.startswith("_"):
+                defined.setdefault(node.name, []).append(name)
+    shared = {n: ms for n, ms in defined.items() if len(ms) > 1 and n != "ConfigurationError"}
+    assert shared == {}
+    import hashring.errors
+    import kinesis.errors
+
+    assert issubclass(kinesis.errors.ConfigurationError, hashring.errors.ConfigurationError)

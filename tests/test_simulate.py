@@ -14,7 +14,7 @@ from hashring import ConfigurationError, UnknownStrategyError, owners_of
 from hashring.hashing import key_bytes
 from hashring.ketama import KetamaRing
 from hashring.sim.fleet import timeline
-from hashring.sim.placers import KeySet, make_placer
+from hashring.sim.placers import SimKeys, make_placer
 from hashring.simulate import (
     GridReport,
     ScenarioResult,
@@ -39,7 +39,7 @@ def spread(owners: list[str], members: tuple[str, ...]) -> int:
 
 @pytest.mark.parametrize("strategy", ["range", "rendezvous", "jump"])
 def test_placers_agree_with_owners_of_key_by_key(strategy: str) -> None:
-    keys = KeySet.kinesis("orders", 150)
+    keys = SimKeys.kinesis("orders", 150)
     placer = make_placer(strategy, keys)
     members = timeline("steady", placer.workload, 7, seed=3).states[0]
     placed = placer.place(members, None)
@@ -67,7 +67,7 @@ def naive_ketama(members: list[str], consumer: str, shard: str, vnodes: int) -> 
 @pytest.mark.parametrize("vnodes", [1, 7, 160])
 def test_ketama_matches_a_textbook_implementation(vnodes: int) -> None:
     members = [f"pod-{c}" for c in "abcdefg"]
-    keys = KeySet.kinesis("orders", 120)
+    keys = SimKeys.kinesis("orders", 120)
     placed = make_placer("ketama", keys, vnodes=vnodes).place(members, None)
     assert placed == [naive_ketama(members, "orders", s, vnodes) for s in keys.shards]
     assert KetamaRing(members, vnodes).owner("orders", keys.shards[5]) == placed[5]
@@ -138,7 +138,7 @@ def test_planner_is_balanced_and_moves_exactly_the_optimum(k: int, n: int) -> No
 
 def test_planner_rolling_deploy_is_within_the_balanced_bound() -> None:
     k, n = 200, 6
-    keys = KeySet.kinesis("orders", k)
+    keys = SimKeys.kinesis("orders", k)
     placer = make_placer("balanced", keys)
     tl = timeline("rolling-deploy", "deployment", n, seed=4)
     result, owners = run_timeline(placer, keys, tl)
@@ -156,7 +156,7 @@ def test_planner_rolling_deploy_is_within_the_balanced_bound() -> None:
 
 @pytest.mark.parametrize("strategy", ["rendezvous", "ketama"])
 def test_a_join_moves_keys_only_to_the_newcomer(strategy: str) -> None:
-    keys = KeySet.kinesis("orders", 300)
+    keys = SimKeys.kinesis("orders", 300)
     placer = make_placer(strategy, keys)
     tl = timeline("scale-out", "deployment", 8, seed=5)
     (newcomer,) = set(tl.states[1]) - set(tl.states[0])
@@ -169,7 +169,7 @@ def test_a_join_moves_keys_only_to_the_newcomer(strategy: str) -> None:
 @pytest.mark.parametrize("strategy", ["rendezvous", "ketama", "jump", "balanced"])
 @pytest.mark.parametrize("scenario", ["scale-in", "crash"])
 def test_a_leave_moves_only_the_leavers_keys(strategy: str, scenario: str) -> None:
-    keys = KeySet.kinesis("orders", 300)
+    keys = SimKeys.kinesis("orders", 300)
     placer = make_placer(strategy, keys)
     tl = timeline(scenario, placer.workload, 9, seed=6)
     (leaver,) = set(tl.states[0]) - set(tl.states[1])

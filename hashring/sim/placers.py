@@ -1,6 +1,6 @@
 """Every strategy the simulator compares, behind one interface.
 
-A placer returns the primary owner of every key of a :class:`KeySet` for a
+A placer returns the primary owner of every key of a :class:`SimKeys` for a
 member list. The stateless strategies ignore the previous owners; the balanced
 planner carries them over (that is what makes it sticky).
 
@@ -43,14 +43,14 @@ def kinesis_shard_id(i: int) -> str:
 
 
 @dataclass(frozen=True)
-class KeySet:
+class SimKeys:
     """The simulated keys: one consumer reading ``len(shards)`` shards."""
 
     consumer: str
     shards: tuple[str, ...]
 
     @classmethod
-    def kinesis(cls, consumer: str, count: int) -> KeySet:
+    def kinesis(cls, consumer: str, count: int) -> SimKeys:
         """``count`` Kinesis-style shard ids for one consumer."""
         return cls(consumer, tuple(kinesis_shard_id(i) for i in range(count)))
 
@@ -101,7 +101,7 @@ class LibraryPlacer:
     """``range`` or ``jump`` through the library's strategy objects."""
 
     name: str
-    keys: KeySet
+    keys: SimKeys
     workload: str = "deployment"
 
     def place(self, members: Sequence[str], previous: Sequence[str] | None) -> list[str]:
@@ -113,7 +113,7 @@ class LibraryPlacer:
 class RendezvousPlacer:
     """Highest random weight with the library's scores, vectorised over all keys."""
 
-    keys: KeySet
+    keys: SimKeys
     name: str = "rendezvous"
     workload: str = "deployment"
 
@@ -129,7 +129,7 @@ class RendezvousPlacer:
 class KetamaPlacer:
     """The ketama ring baseline with ``vnodes`` points per member."""
 
-    keys: KeySet
+    keys: SimKeys
     vnodes: int = DEFAULT_VNODES
     name: str = "ketama"
     workload: str = "deployment"
@@ -144,7 +144,7 @@ class KetamaPlacer:
 class BalancedPlacer:
     """:func:`hashring.plan_assignment`, carrying the previous owners over."""
 
-    keys: KeySet
+    keys: SimKeys
     name: str = "balanced"
     workload: str = "deployment"
 
@@ -159,7 +159,7 @@ class BalancedPlacer:
 class StablePlacer:
     """:func:`hashring.stable_assignment`: balanced from the members and keys alone."""
 
-    keys: KeySet
+    keys: SimKeys
     name: str = "stable"
     workload: str = "deployment"
 
@@ -169,7 +169,7 @@ class StablePlacer:
         return [plan.owner(k) for k in lease_keys]
 
 
-def make_placer(name: str, keys: KeySet, *, vnodes: int = DEFAULT_VNODES) -> Placer:
+def make_placer(name: str, keys: SimKeys, *, vnodes: int = DEFAULT_VNODES) -> Placer:
     """The placer for strategy ``name`` (one of :data:`SIM_STRATEGIES`)."""
     if name in ("range", "jump"):
         return LibraryPlacer(name, keys, "statefulset" if name == "jump" else "deployment")

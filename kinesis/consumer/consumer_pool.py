@@ -18,7 +18,7 @@ from kinesis.consumer.consumer_registration import ConsumerRegistration
 from kinesis.consumer.positions import Checkpoint
 from kinesis.consumer.retrieval import BatchReader, make_reader
 from kinesis.consumer.shard_consumer import ShardConsumer
-from kinesis.consumer.shard_status import LeaseHolder, NoCoordinator, ShardStatus
+from kinesis.consumer.shard_status import ConsumerLeases, NoCoordinator, ShardStatus
 from kinesis.consumer.worker_config import ProcessorFactory, StreamConfig, WorkerConfig
 from kinesis.errors import ConfigurationError
 from kinesis.lease_loop.lease_model import Lease
@@ -44,7 +44,7 @@ class ConsumerPool:
         """Enhanced Fan-Out consumers by stream key prefix (streams with retrieval="fanout")."""
         self.processor_factory = processor_factory
         self.on_shard_end = on_shard_end
-        self.coordinator: LeaseHolder = NoCoordinator()
+        self.coordinator: ConsumerLeases = NoCoordinator()
         self.poll_interval = config.effective_tick_interval / 2
         self._consumers: dict[str, ShardConsumer] = {}
         self._lock = threading.Lock()

@@ -35,9 +35,9 @@ from typing import Any, Protocol
 from kinesis.consumer.kclpy_checkpointer import SHUTDOWN, KclpyCheckpointer, KclpyCheckpointError
 from kinesis.consumer.kclpy_inputs import (
     InitializeInput,
+    KclpyRecord,
     LeaseLostInput,
     ProcessRecordsInput,
-    Record,
     ShardEndedInput,
     ShutdownRequestedInput,
 )
@@ -160,7 +160,7 @@ class KclpyProcessor(RecordProcessor):
     ) -> None:
         kclpy = self.kclpy_checkpointer(checkpointer)
         kclpy.records_delivered(records)
-        batch = ProcessRecordsInput([Record(r) for r in records], kclpy, millis_behind_latest)
+        batch = ProcessRecordsInput([KclpyRecord(r) for r in records], kclpy, millis_behind_latest)
         with _lost_lease_as_lease_lost_error():
             self.delegate.process_records(batch)
 

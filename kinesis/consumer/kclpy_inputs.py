@@ -5,7 +5,7 @@ Same names and attributes as ``amazon_kclpy.messages`` (``InitializeInput``,
 and ``Record``), so a processor written for amazon-kclpy reads them unchanged. Additions, all
 optional to use: ``InitializeInput.pending_checkpoint`` (two-phase checkpoints, as KCL's
 ``InitializationInput.pendingCheckpointSequenceNumber``), ``InitializeInput.stream_name`` and
-``Record.record`` (the SDK :class:`~kinesis.consumer.records.Record`).
+``KclpyRecord.record`` (the SDK :class:`~kinesis.consumer.records.Record`).
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ if TYPE_CHECKING:
     from kinesis.consumer.kclpy_checkpointer import KclpyCheckpointer
 
 
-class Record:
+class KclpyRecord:
     """One user record, shaped like ``amazon_kclpy.messages.Record``."""
 
     __slots__ = ("record",)
@@ -111,7 +111,7 @@ class InitializeInput:
 class ProcessRecordsInput:
     """One batch for ``process_records(process_records_input)`` (never empty)."""
 
-    records: Sequence[Record]
+    records: Sequence[KclpyRecord]
     checkpointer: KclpyCheckpointer
     millis_behind_latest: int | None = None
     action: str = "processRecords"

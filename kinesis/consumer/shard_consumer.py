@@ -58,7 +58,7 @@ from kinesis.consumer.read_failures import MAX_READ_BACKOFF, READ_ERRORS, ReadFa
 from kinesis.consumer.retrieval import BatchReader
 from kinesis.consumer.shard_end import finish_shard
 from kinesis.consumer.shard_start import pinned_start, start_point
-from kinesis.consumer.shard_status import LeaseHolder, ShardStatus
+from kinesis.consumer.shard_status import ConsumerLeases, ShardStatus
 from kinesis.consumer.worker_config import ProcessorFactory, StreamConfig
 from kinesis.errors import KinesisHashRingError, LeaseLostError
 from kinesis.lease_loop.lease_model import Lease
@@ -66,7 +66,7 @@ from kinesis.lease_loop.lease_model import Lease
 if TYPE_CHECKING:
     from kinesis.consumer.consumer_pool import ConsumerPool
 
-__all__ = ["MAX_READ_BACKOFF", "READ_ERRORS", "LeaseHolder", "ShardConsumer", "ShardStatus"]
+__all__ = ["MAX_READ_BACKOFF", "READ_ERRORS", "ConsumerLeases", "ShardConsumer", "ShardStatus"]
 
 log = logging.getLogger(__name__)
 

@@ -1,7 +1,7 @@
 """What a shard consumer shows and what it sees of the lease coordinator.
 
 :class:`ShardStatus` is one consumer's line in :meth:`Worker.status()
-<kinesis.consumer.worker.Worker.status>`; :class:`LeaseHolder` is the part of the
+<kinesis.consumer.worker.Worker.status>`; :class:`ConsumerLeases` is the part of the
 :class:`~kinesis.lease_loop.coordinator.LeaseCoordinator` a consumer calls, and
 :class:`NoCoordinator` stands in for it until the worker wires its coordinator in.
 """
@@ -16,7 +16,7 @@ from kinesis.lease_loop.checkpoints import Checkpoint
 from kinesis.lease_loop.lease_model import Lease
 
 
-class LeaseHolder(Protocol):
+class ConsumerLeases(Protocol):
     """The part of :class:`~kinesis.lease_loop.coordinator.LeaseCoordinator` a consumer uses."""
 
     def holds(self, key: str) -> bool: ...
