@@ -27,10 +27,9 @@ so a fresh plan of 100,000 keys x 10,000 members takes about a second and
 1,000,000 x 10,000 about ten; a call with the same inputs as one of the last
 few returns the cached :class:`Assignment`.
 
-Placement version 2 (this module): version 1 scored every key against every
-member (exact rendezvous order, K x N hash evaluations: 10 s for 100,000 x
-10,000 on one core, 150 GiB as a matrix). Sticky keys never move between
-versions; free keys and backups may be placed differently.
+This is placement version 2 (:data:`PLACEMENT_VERSION`; docs/placement-design.md says what
+changed from version 1). Sticky keys never move between versions; free keys and backups
+may be placed differently.
 """
 
 from __future__ import annotations

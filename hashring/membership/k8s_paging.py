@@ -85,7 +85,7 @@ def list_all(
     ``request(kwargs)`` sends one list request with the client's keyword arguments
     and returns the raw response; ``call_page(fn)`` runs one page with the caller's
     retries and error translation. ``page_size=None`` sends one unpaginated,
-    uncached list (the old behaviour, kept for comparison).
+    uncached list (what ``benchmarks/`` compares paging against).
     """
     headers = {"Accept-Encoding": "gzip"} if compress else {}
     for _attempt in range(MAX_RESTARTS + 1):
