@@ -48,13 +48,16 @@ from botocore.exceptions import BotoCoreError, ClientError
 from kinesis.aws_errors import error_code
 from kinesis.consumer.consumer_registration import ConsumerRegistration
 from kinesis.consumer.positions import Checkpoint, InitialPosition, Position
-from kinesis.consumer.reader import MAX_GET_RECORDS_LIMIT, ReadResult
-from kinesis.consumer.records import Record, records_from_response
+from kinesis.consumer.reader import (
+    MAX_GET_RECORDS_LIMIT,
+    BatchCursor,
+    ReadResult,
+    check_reader_args,
+)
 from kinesis.consumer.shards import named_client_error
 from kinesis.consumer.throttling import is_retryable
 from kinesis.durations import check_seconds
 from kinesis.errors import (
-    ConfigurationError,
     KinesisAccessDeniedError,
     KinesisHashRingError,
     KinesisRetriesExhaustedError,
@@ -156,12 +159,7 @@ class FanOutReader:
         retry_option: str = "FanOutReader(max_attempts=...)",
         queue_size: int = 4,
     ):
-        if not 1 <= max_records <= MAX_GET_RECORDS_LIMIT:
-            raise ConfigurationError(f"max_records must be in 1..{MAX_GET_RECORDS_LIMIT}, got {max_records}")
-        if not isinstance(start, Position | InitialPosition):
-            raise ConfigurationError(
-                f"start must be a Position (resume after a checkpoint) or an InitialPosition, got {start!r}"
-            )
+        check_reader_args(max_records, start)
         for name, value in (("max_block", max_block), ("renew_after", renew_after), ("max_backoff", max_backoff)):
             check_seconds(name, value)
         self.client = kinesis_client
@@ -181,36 +179,31 @@ class FanOutReader:
         self._queue: queue.Queue[tuple[int, str, Any]] = queue.Queue(maxsize=queue_size)
         self._subscription: _Subscription | None = None
         self._generation = 0
-        self._resume: Position | None = start if isinstance(start, Position) else None
+        self._cursor = BatchCursor(stream_name, shard_id, start, max_records, self.stats)
         self._continuation: str | None = None
         self._latest_at: datetime | None = None
-        self._pending: list[Record] = []
-        self._millis_behind: int | None = None
-        self._exhausted = False
-        self._children: tuple[str, ...] = ()
         self._last_call = float("-inf")
         self._not_before = 0.0
         self._failures = 0  # consecutive failed subscriptions (backoff)
         self._transient = 0  # consecutive transient errors (retry budget)
-        self._first_sequence_number: str | None = None
 
     # -- state ---------------------------------------------------------------------------
     @property
     def last_position(self) -> Position | None:
         """The last record delivered (or the start checkpoint): where a resume would start."""
-        return self._resume
+        return self._cursor.resume
 
     @property
     def shard_ended(self) -> bool:
         """True once the shard's last event was received and every record was delivered."""
-        return self._exhausted and not self._pending
+        return self._cursor.shard_ended
 
     @property
     def first_sequence_number(self) -> str | None:
         """The sequence number of the first Kinesis record any event carried, before records
         up to the start position were dropped; None until one arrived. Started from a
         :class:`Position`, it is that position's own record unless it is gone."""
-        return self._first_sequence_number
+        return self._cursor.first_sequence_number
 
     @property
     def continuation(self) -> str | None:
@@ -233,11 +226,9 @@ class FanOutReader:
     def read_batch(self) -> ReadResult:
         """The records of the next event (up to ``max_records``), or an empty batch after
         ``max_block`` seconds without one."""
-        if self._pending:
-            batch, self._pending = self._pending[: self.max_records], self._pending[self.max_records :]
-            return self._deliver(batch)
-        if self._exhausted:
-            return ReadResult([], self._millis_behind, True, 0.0, self._children)
+        held = self._cursor.held()
+        if held is not None:
+            return held
         if self.stop_event.is_set():
             return self._stopped()
         sub = self._subscription
@@ -280,46 +271,29 @@ class FanOutReader:
     def _on_event(self, event: dict[str, Any]) -> ReadResult:
         self.stats.events += 1
         self._failures = self._transient = 0
-        self._millis_behind = event.get("MillisBehindLatest")
-        raw = event.get("Records") or ()
-        if raw and self._first_sequence_number is None:
-            self._first_sequence_number = str(raw[0]["SequenceNumber"])
-        records = records_from_response(self.stream_name, self.shard_id, raw)
-        if self._resume is not None:
-            resume = self._resume
-            records = [r for r in records if r.position > resume]
+        records = self._cursor.fetched(event.get("Records") or (), event.get("MillisBehindLatest"))
         continuation = event.get("ContinuationSequenceNumber")
         if continuation is None:  # the shard is closed and this was its last event
-            self._exhausted = True
-            self._children = tuple(str(c["ShardId"]) for c in event.get("ChildShards") or ())
+            self._cursor.end(event.get("ChildShards"))
             self._drop_subscription()
         else:
             self._continuation = str(continuation)
-        if len(records) > self.max_records:
-            records, self._pending = records[: self.max_records], records[self.max_records :]
-        return self._deliver(records)
-
-    def _deliver(self, records: list[Record]) -> ReadResult:
-        if records:
-            self._resume = records[-1].position
-            self.stats.records_delivered += len(records)
-        ended = self.shard_ended
-        return ReadResult(records, self._millis_behind, ended, 0.0, self._children if ended else ())
+        return self._cursor.deliver(records, split=True)
 
     def _empty(self) -> ReadResult:
-        return ReadResult([], self._millis_behind, False, 0.0)
+        return self._cursor.empty()
 
     def _stopped(self) -> ReadResult:
-        return ReadResult([], self._millis_behind, False, 0.0, stopped=True)
+        return self._cursor.empty(stopped=True)
 
     # -- subscriptions -------------------------------------------------------------------
     def _starting_position(self) -> dict[str, Any]:
         if self._continuation is not None:
             return {"Type": "AFTER_SEQUENCE_NUMBER", "SequenceNumber": self._continuation}
-        if self._resume is not None:
+        if self._cursor.resume is not None:
             # AT, not AFTER: the checkpoint may sit inside an aggregated record; records up to
             # it are dropped in _on_event (the polling reader does the same)
-            return {"Type": "AT_SEQUENCE_NUMBER", "SequenceNumber": self._resume.sequence_number}
+            return {"Type": "AT_SEQUENCE_NUMBER", "SequenceNumber": self._cursor.resume.sequence_number}
         start = self.start
         assert isinstance(start, InitialPosition)
         if start.kind == "LATEST":

@@ -14,10 +14,10 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, Protocol
 
 from botocore.exceptions import ClientError
 
@@ -67,6 +67,99 @@ class ReaderStats:
     records_delivered: int = 0
 
 
+class _Delivered(Protocol):
+    records_delivered: int
+
+
+def check_reader_args(max_records: int, start: object) -> None:
+    """The arguments both readers share: ``max_records`` in 1..10000, ``start`` a position."""
+    if not 1 <= max_records <= MAX_GET_RECORDS_LIMIT:
+        raise ConfigurationError(
+            f"max_records must be in 1..{MAX_GET_RECORDS_LIMIT} (GetRecords Limit), got {max_records}"
+        )
+    if not isinstance(start, Position | InitialPosition):
+        raise ConfigurationError(
+            f"start must be a Position (resume after a checkpoint) or an InitialPosition, got {start!r}"
+        )
+
+
+class BatchCursor:
+    """Where a reader stands in its shard, whatever fetches the records (GetRecords or
+    SubscribeToShard): the last record delivered (where a resume starts), the records fetched
+    but not delivered yet (they come first), and the shard's end with its children.
+
+    The readers fetch; the cursor decides what a fetch delivers: records at or before the
+    resume position are dropped (a checkpoint inside an aggregated record, an AT_SEQUENCE_NUMBER
+    start), at most ``max_records`` go out per batch, and SHARD_END is reported only once every
+    fetched record was delivered."""
+
+    def __init__(self, stream_name: str, shard_id: str, start: Checkpoint, max_records: int, stats: _Delivered):
+        self.stream_name = stream_name
+        self.shard_id = shard_id
+        self.max_records = max_records
+        self.stats = stats
+        self.resume: Position | None = start if isinstance(start, Position) else None
+        self.millis_behind: int | None = None
+        self.first_sequence_number: str | None = None
+        self.exhausted = False  # the shard is closed and its last records were fetched
+        self.children: tuple[str, ...] = ()
+        self._pending: list[Record] = []
+
+    @property
+    def shard_ended(self) -> bool:
+        return self.exhausted and not self._pending
+
+    def held(self) -> ReadResult | None:
+        """The next batch of records fetched earlier, or the end of the shard; None if the
+        reader has to fetch."""
+        if self._pending:
+            batch, self._pending = self._pending[: self.max_records], self._pending[self.max_records:]
+            return self.deliver(batch)
+        if self.exhausted:
+            return ReadResult([], self.millis_behind, True, 0.0, self.children)
+        return None
+
+    def fetched(self, raw: Sequence[Mapping[str, Any]], millis_behind: int | None) -> list[Record]:
+        """The records of one fetch past the resume position (aggregates unpacked)."""
+        self.millis_behind = millis_behind
+        if raw and self.first_sequence_number is None:
+            self.first_sequence_number = str(raw[0]["SequenceNumber"])
+        records = records_from_response(self.stream_name, self.shard_id, raw)
+        if self.resume is not None:
+            resume = self.resume
+            records = [r for r in records if r.position > resume]
+        return records
+
+    def end(self, child_shards: Sequence[Mapping[str, Any]] | None) -> None:
+        """The shard is closed: this fetch was its last."""
+        self.exhausted = True
+        self.children = tuple(str(c["ShardId"]) for c in child_shards or ())
+
+    def deliver(self, records: list[Record], pause: float = 0.0, *, split: bool = False) -> ReadResult:
+        """Hand out ``records``; ``pause`` is the wait the fetch asks for (none while records
+        are held). ``split``: at most ``max_records`` now, the rest with the next batches (a
+        fan-out event has no Limit; a GetRecords batch keeps its unpacked aggregates whole,
+        as KCL delivers them)."""
+        if split and len(records) > self.max_records:
+            records, self._pending = records[: self.max_records], records[self.max_records:] + self._pending
+        if records:
+            self.resume = records[-1].position
+            self.stats.records_delivered += len(records)
+        ended = self.shard_ended
+        wait = 0.0 if ended or self._pending else pause
+        return ReadResult(records, self.millis_behind, ended, wait, self.children if ended else ())
+
+    def hold_back(self, records: list[Record], resume: Position | None) -> None:
+        """Take back records delivered but not used; they come first next time."""
+        if records:
+            self._pending = records + self._pending
+            self.stats.records_delivered -= len(records)
+            self.resume = resume
+
+    def empty(self, *, stopped: bool = False) -> ReadResult:
+        return ReadResult([], self.millis_behind, False, 0.0, stopped=stopped)
+
+
 class ShardReader:
     """Reads one shard from ``start`` (a checkpoint :class:`Position` or an :class:`InitialPosition`).
 
@@ -98,19 +191,11 @@ class ShardReader:
         stop_event: threading.Event | None = None,
         retry_option: str = "ShardReader(max_attempts=...)",
     ):
-        if not 1 <= max_records <= MAX_GET_RECORDS_LIMIT:
-            raise ConfigurationError(
-                f"max_records must be in 1..{MAX_GET_RECORDS_LIMIT} (GetRecords Limit), got {max_records}"
-            )
+        check_reader_args(max_records, start)
         check_seconds("idle_backoff", idle_backoff, allow_zero=True)
         check_seconds("min_read_interval", min_read_interval, allow_zero=True)
         if max_attempts < 1:
             raise ConfigurationError(f"max_attempts must be >= 1, got {max_attempts}")
-        if not isinstance(start, Position | InitialPosition):
-            raise ConfigurationError(
-                f"start must be a Position (resume after a checkpoint) or an InitialPosition, "
-                f"got {start!r}"
-            )
         self.client = kinesis_client
         self.stream_name = stream_name
         self.shard_id = shard_id
@@ -125,13 +210,8 @@ class ShardReader:
         self.stop_event = stop_event if stop_event is not None else threading.Event()
         self.stats = ReaderStats()
         self._iterator: str | None = None
-        self._exhausted = False  # GetRecords returned no NextShardIterator
-        self._resume: Position | None = start if isinstance(start, Position) else None
+        self._cursor = BatchCursor(stream_name, shard_id, start, max_records, self.stats)
         self._latest_at: datetime | None = None
-        self._pending: list[Record] = []
-        self._millis_behind: int | None = None
-        self._children: tuple[str, ...] = ()
-        self._first_sequence_number: str | None = None
         self._last_call_at: float | None = None  # when the last GetRecords request was sent
 
     # -- state ---------------------------------------------------------------------------
@@ -140,17 +220,17 @@ class ShardReader:
         """The sequence number of the first Kinesis record any GetRecords returned, before
         records up to the start position were dropped; None until one was returned. Started
         from a :class:`Position`, it is that position's own record unless it is gone."""
-        return self._first_sequence_number
+        return self._cursor.first_sequence_number
 
     @property
     def last_position(self) -> Position | None:
         """The last record delivered (or the start checkpoint): where a resume would start."""
-        return self._resume
+        return self._cursor.resume
 
     @property
     def shard_ended(self) -> bool:
         """True once SHARD_END was reached and every record was delivered."""
-        return self._exhausted and not self._pending
+        return self._cursor.shard_ended
 
     def stop(self) -> None:
         """Set the stop event: pending waits and backoffs return at once."""
@@ -166,42 +246,25 @@ class ShardReader:
     # -- reading -------------------------------------------------------------------------
     def read_batch(self) -> ReadResult:
         """One GetRecords call (or the records held back by :meth:`iter_records`)."""
-        if self._pending:
-            batch, self._pending = self._pending[: self.max_records], self._pending[self.max_records :]
-            return self._deliver(batch)
-        if self._exhausted:
-            return ReadResult([], self._millis_behind, True, 0.0, self._children)
+        cursor = self._cursor
+        held = cursor.held()
+        if held is not None:
+            return held
         if self.stop_event.is_set():
-            return ReadResult([], self._millis_behind, False, 0.0, stopped=True)
+            return cursor.empty(stopped=True)
         if self._last_call_at is not None and self.wait(self._last_call_at + self.min_read_interval - time.monotonic()):
-            return ReadResult([], self._millis_behind, False, 0.0, stopped=True)
+            return cursor.empty(stopped=True)
         try:
             response = self._get_records()
         except ShutdownRequested:
-            return ReadResult([], self._millis_behind, False, 0.0, stopped=True)
+            return cursor.empty(stopped=True)
         self._iterator = response.get("NextShardIterator")
-        self._exhausted = self._iterator is None
-        self._millis_behind = response.get("MillisBehindLatest")
-        if self._exhausted:
-            self._children = tuple(c["ShardId"] for c in response.get("ChildShards") or ())
         raw = response.get("Records", ())
-        if raw and self._first_sequence_number is None:
-            self._first_sequence_number = str(raw[0]["SequenceNumber"])
-        records = records_from_response(self.stream_name, self.shard_id, raw)
-        if self._resume is not None:
-            resume = self._resume
-            records = [r for r in records if r.position > resume]
-        at_tip = self._millis_behind in (0, None) and len(raw) < self.max_records
-        return self._deliver(records, self.idle_backoff if at_tip else 0.0)
-
-    def _deliver(self, records: list[Record], pause: float = 0.0) -> ReadResult:
-        """``pause``: the wait this GetRecords call asks for (none while records are held back)."""
-        if records:
-            self._resume = records[-1].position
-            self.stats.records_delivered += len(records)
-        ended = self.shard_ended
-        wait = 0.0 if ended or self._pending else pause
-        return ReadResult(records, self._millis_behind, ended, wait, self._children if ended else ())
+        records = cursor.fetched(raw, response.get("MillisBehindLatest"))
+        if self._iterator is None:
+            cursor.end(response.get("ChildShards"))
+        at_tip = cursor.millis_behind in (0, None) and len(raw) < self.max_records
+        return cursor.deliver(records, self.idle_backoff if at_tip else 0.0)
 
     def iter_records(
         self,
@@ -221,7 +284,7 @@ class ShardReader:
             raise ConfigurationError(f"max_records must be >= 1 or None, got {max_records}")
         count = 0
         while True:
-            last = self._resume
+            last = self._cursor.resume
             batch = self.read_batch()
             for index, record in enumerate(batch.records):
                 if until is not None and record.position > until:
@@ -247,11 +310,7 @@ class ShardReader:
                 return
 
     def _hold_back(self, records: list[Record], resume: Position | None) -> None:
-        """Give back records that were read but not yielded; they come first next time."""
-        if records:
-            self._pending = records + self._pending
-            self.stats.records_delivered -= len(records)
-            self._resume = resume
+        self._cursor.hold_back(records, resume)
 
     # -- AWS calls -----------------------------------------------------------------------
     def _get_records(self) -> dict[str, Any]:
@@ -283,8 +342,8 @@ class ShardReader:
 
     def _acquire_iterator(self) -> str:
         args: dict[str, object]
-        if self._resume is not None:
-            args = iterator_args(self._resume)
+        if self._cursor.resume is not None:
+            args = iterator_args(self._cursor.resume)
         elif isinstance(self.start, InitialPosition) and self.start.kind == "LATEST":
             if self._latest_at is None:
                 # Remember when LATEST was taken: if this iterator expires before anything was
