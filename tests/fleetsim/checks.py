@@ -186,9 +186,10 @@ class Checker:
 
     def _check_shared_rows(self) -> None:
         """A corrupt or missing plan head (and shard manifest head) is repaired while scoped
-        members run."""
+        members run and are listed (a running process whose id left the list, such as the
+        second process of a duplicate id after a SIGTERM, owns no chore)."""
         world = self.world
-        scoped = [m for m in world.members.values() if m.alive and not m.legacy]
+        scoped = [m for m in world.members.values() if m.alive and not m.legacy and m.id in world.listed]
         if world.scenario.reads != "scoped" or not scoped:
             return
         head = world.memory.peek(PLAN_HEAD)
