@@ -13,7 +13,7 @@ from typing import Any
 
 from kinesis.lease_loop.leases import LeaseTable
 from tests.coordinator_fleet import Fleet
-from tests.support.memory_dynamodb import MemoryDynamoDB
+from tests.support.memory_dynamodb import Fault, MemoryDynamoDB
 
 KEYS = [f"q{i:02d}" for i in range(12)]
 
@@ -161,6 +161,46 @@ def test_a_corrupt_plan_head_is_replaced_without_any_change_of_the_member_list()
     settle(fleet)
     assert {c._reads._planner.published.version for c in fleet.coordinators.values()} \
         <= {int(head["version"]["N"]), before}  # no one goes back; followers catch up on their own schedule
+
+
+class OldestPlanHead:
+    """A stale-read hook: while ``on``, every eventually consistent read of the plan head
+    returns its oldest version kept (before its first write: no head at all)."""
+
+    def __init__(self) -> None:
+        self.on = False
+        self.reads = 0
+
+    def __call__(self, key: str, versions: int) -> int:
+        if not self.on or key != "__manifest__#plan":
+            return 0
+        self.reads += 1
+        return versions - 1
+
+
+def test_a_stale_read_of_no_plan_head_does_not_stop_its_publisher_watching_it() -> None:
+    # a stale replica answered the last publisher's recheck with no head at all; it took that
+    # as "the head is nobody's" and stopped its every-OWNER_RECHECK_TICKS read, so a head
+    # corrupted later stayed unreadable until the backstop read (30 lease durations): fleetsim
+    # seed 9119, fast, session membership (stale read at t=33, corrupt at t=41, unreadable at
+    # the end, t=102). A head read missing or older than the baseline is confirmed consistently.
+    from kinesis.lease_loop.published_plan import OWNER_RECHECK_TICKS
+
+    stale = OldestPlanHead()
+    memory = MemoryDynamoDB(stale_reads=stale)
+    fleet = Fleet(memory_table(memory), KEYS, ["a", "b", "c"], reads="scoped")
+    settle(fleet)
+    head = plan_head(memory)
+    assert head is not None
+    before = int(head["version"]["N"])
+    stale.on = True
+    settle(fleet, OWNER_RECHECK_TICKS + 2)  # the publisher's recheck reads the head: stale, none
+    assert stale.reads
+    stale.on = False
+    memory.corrupt("__manifest__#plan", {"leaseKey": {"S": "__manifest__#plan"}, "garbage": {"S": "x"}})
+    rounds_until(fleet, lambda: "version" in (plan_head(memory) or {}), limit=OWNER_RECHECK_TICKS + 4)
+    head = plan_head(memory)
+    assert head is not None and int(head["version"]["N"]) > before
 
 
 def test_two_members_that_both_own_the_plan_chore_do_not_republish_every_round() -> None:
@@ -358,3 +398,56 @@ def test_scan_reads_judge_a_listed_member_that_never_ran_gone_so_a_crash_is_take
     fleet.crash("c")
     c = fleet.coordinators["a"]
     rounds_until(fleet, lambda: held_by(fleet, KEYS, {"a", "b"}), limit=ticks(fleet, c.lease_duration) + 1)
+
+
+# --- ambiguous writes ----------------------------------------------------------------------------
+
+
+class AmbiguousWritesOf:
+    """A faults hook: while ``on``, every write of the row ``key`` is applied, then answered
+    with a 500 (the writer cannot tell whether it happened)."""
+
+    def __init__(self, key: str):
+        self.key = key
+        self.on = False
+        self.hits = 0
+
+    def __call__(self, operation: str, request: dict[str, Any]) -> Fault | None:
+        if not self.on or operation not in ("UpdateItem", "PutItem"):
+            return None
+        row = request.get("Key") or request.get("Item") or {}
+        if row.get("leaseKey", {}).get("S") != self.key:
+            return None
+        self.hits += 1
+        return Fault.ambiguous()
+
+
+def test_a_backup_take_answered_with_an_error_is_read_until_its_outcome_is_known() -> None:
+    # a backup took over a paused holder's key, and that take and each of its recoveries were
+    # applied but answered with a 500. The holder then resumed: the backup stopped reading the
+    # key (its holder runs again), so it never learned the lease in the table was its own, and
+    # nobody else could take it (its owner's session lives on): the key stalled until the
+    # backup happened to read it again (fleetsim seed 9048, fast, session membership, kinds
+    # pause..join: 22 s, 7 lease durations). A take answered with an error is read each round
+    # until a read shows whether it was applied.
+    memory = MemoryDynamoDB()
+    fleet = Fleet(memory_table(memory), KEYS, ["a", "b", "c"], reads="scoped", replicas=1)
+    settle(fleet)
+    plan = fleet.coordinators["b"]._reads.last_plan
+    assert plan is not None
+    key = sorted(fleet.coordinators["a"].held_keys())[0]
+    backup = plan.owners[key][1]
+    writes = AmbiguousWritesOf(key)
+    memory.faults = writes
+    writes.on = True
+    others = [m for m in ("a", "b", "c") if m != "a"]
+    for _ in range(ticks(fleet, 2 * fleet.lease_duration) + 1):  # a pauses past its lease
+        fleet.round(others)
+    assert writes.hits, f"{backup} tried to take {key} over"
+    assert key not in fleet.coordinators[backup].held_keys()
+    watcher = fleet.coordinators[backup]
+    rounds_until(fleet, lambda: "a" not in watcher._scoped.stalled, limit=ticks(fleet, fleet.lease_duration))
+    fleet.round()  # a runs again, and its backup sees it does: its key is no longer read there
+    writes.on = False
+    limit = ticks(fleet, fleet.lease_duration + fleet.lease_duration / 2) + 2
+    rounds_until(fleet, lambda: held_by(fleet, [key], {"a", "b", "c"}), limit=limit)

@@ -4,7 +4,9 @@ The writes of one round go out at once (:class:`~kinesis.lease_loop.write_pool.W
 each conditional on the row as read; then, in order, each lease won is held
 (:class:`~kinesis.lease_loop.holder.LeaseHolder`), counted, logged (how and from whom, at
 INFO) and started (``on_lease_acquired``; if that raises, the lease is released). A lost
-race counts as a ``take_conflict``; any other failure is logged and the next round retries.
+race counts as a ``take_conflict``; any other failure is logged and the next round retries;
+a write answered with an error may have been applied, so its row is read every round until a
+read tells (:meth:`~kinesis.lease_loop.holder.LeaseHolder.take_unanswered`).
 """
 
 from __future__ import annotations
@@ -52,7 +54,10 @@ class Acquisitions:
                 self._holder.count("lease_loop_errors")
                 log.warning("%s: could not take %s: %s", self._me, take.key, result,
                             exc_info=not isinstance(result, KinesisHashRingError))
+                # maybe applied: its row is read until that is known (a recovered take then)
+                self._holder.take_unanswered(take.key, take.lease.counter + 1 if take.lease is not None else 0)
                 continue
+            self._holder.take_answered(take.key)
             lease, stamp = result
             if lease is None:
                 self._holder.count("take_conflicts")

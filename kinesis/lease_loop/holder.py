@@ -132,6 +132,7 @@ class LeaseHolder:
         self._inbox: frozenset[str] = frozenset()  # offers to this member, as its last renewal read them
         self._handled: set[str] = set()  # offers looked at: removed from the row by the next renewal
         self._offered: dict[str, Offered] = {}
+        self._unanswered: dict[str, int] = {}  # key -> counter of a take answered with an error
 
     # --- reads (any thread) -------------------------------------------------------------
 
@@ -191,6 +192,26 @@ class LeaseHolder:
             self.count("offers_retold")
             told += 1
         return told
+
+    def unanswered(self) -> dict[str, int]:
+        """This member's takes (and adoptions) answered with an error, by key: the counter
+        each would have written if it was applied."""
+        with self.lock:
+            return dict(self._unanswered)
+
+    def take_unanswered(self, key: str, counter: int) -> None:
+        """A take of ``key`` writing ``counter`` was answered with an error: it may have been
+        applied. Its row is then read every round until a read tells (scoped reads read only
+        the rows that can change a decision: a backup whose take of a paused holder's key
+        was applied unbeknown to it stopped reading the key once the holder ran again, and
+        nobody else could take a lease whose owner's session lives on: the key stalled)."""
+        with self.lock:
+            self._unanswered[key] = max(counter, self._unanswered.get(key, counter))
+
+    def take_answered(self, key: str) -> None:
+        """The outcome of a take of ``key`` is known (won, lost, or read in the table)."""
+        with self.lock:
+            self._unanswered.pop(key, None)
 
     def offer_resolved(self, key: str) -> None:
         """An offer was adopted, taken back, or moved on."""

@@ -28,7 +28,8 @@ row found nothing new. If the head's digest is that of its own plan, that plan b
 baseline without another read (the usual case: a head read or two per member per change);
 if the head is another version, its chunks are read once. A head not newer than the
 baseline (a stale replica, or a head rebuilt from version 1) is confirmed by a consistent
-read first, so the baseline never goes back on a stale read.
+read first (a missing head too), so the baseline never goes back on a stale read and the
+last publisher never forgets it wrote the head.
 
 A member whose plan equals an old baseline (it missed a change: a lagging member list)
 would never look again, and offers made to it under the newer plan would wait forever. So
@@ -228,6 +229,17 @@ class PublishedPlan:
         base = self.baseline
         return base is None or (head.version, head.digest) != (base.version, base.digest)
 
+    def _not_newer(self, head: ManifestHead | None) -> bool:
+        """Whether ``head`` (read eventually consistent) is missing, or another version than the
+        baseline but not newer: confirmed by a consistent read before it counts. A missing head
+        too: a stale read of none made the last publisher forget it wrote the head, so it
+        stopped watching it (an unreadable head then stayed until the backstop read)."""
+        base = self.baseline
+        if base is None:
+            return False
+        return head is None or ((head.version, head.digest) != (base.version, base.digest)
+                                and head.version <= base.version)
+
     def _follow(self, store: ManifestStore, plan: Assignment, listed: list[str], *, pending: bool,
                 ready: bool, now: float, settle: float) -> bool:
         def owner(since: float) -> bool:
@@ -242,9 +254,8 @@ class PublishedPlan:
 
         try:
             head = store.head()
-            if self._differs(head) and self.baseline is not None and head is not None \
-                    and head.version <= self.baseline.version:
-                head = store.head(consistent=True)  # not newer: a stale read, or a head rebuilt from 1
+            if self._not_newer(head):  # a stale read, or a head lost or rebuilt from 1
+                head = store.head(consistent=True)
         except ManifestCorruptError as exc:  # the head row itself is unreadable
             if self._corrupt_since is None:
                 self._corrupt_since = now

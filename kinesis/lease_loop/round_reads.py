@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 
 from hashring import Assignment
@@ -113,6 +113,7 @@ class RoundReads:
         keys = self._keys(snapshot)
         self._obs.keep_missing(set(keys))
         self._resolve_offers(snapshot.leases, set(snapshot.leases) | set(self._holder.offered()))
+        self._resolve_unanswered({k: snapshot.leases.get(k) for k in self._holder.unanswered()}, set(keys))
         snap = self._snapshot(now, snapshot.leases, keys)
         self._obs.suspect(snap, active)
         ready = self._ready(listed, now)
@@ -143,6 +144,7 @@ class RoundReads:
             tick_interval=timing.tick_interval, lease_duration=timing.lease_duration)
         inbox = self._holder.inbox() - held  # offers to this member, whatever its plan says
         wanted |= inbox | set(self._holder.offered())  # and its own offers, until adopted
+        wanted |= set(self._holder.unanswered())  # and its takes answered with an error, until known
         if self._scoped.departed:  # rows a departed holder was last seen holding, planned for it or not
             wanted |= {k for k, seen in self._obs.seen.items() if seen.owner in self._scoped.departed and k not in held}
         # the sessions the rows it reads name (as last seen): under session leases a lease is
@@ -177,6 +179,7 @@ class RoundReads:
             self._delete_session(holder, listed)
         self._resolve_offers(found, set(rows))
         planned = plan.owners if plan is not None else {}
+        self._resolve_unanswered(rows, planned)
         to_take = sorted(k for k in wanted if k in planned)
         snap = replace(self._snapshot(now, found, to_take),
                        inherited={k: v.owner for k, v in found.items()
@@ -195,9 +198,13 @@ class RoundReads:
         return {**rows, **again_rows}, {**sessions, **again_sessions}
 
     def _written(self) -> dict[str, int]:
-        """The counters of this member's offers not adopted yet, as its hand-offs wrote them: a
-        row read below one is from a stale replica (the offer is not resolved by it)."""
-        return {key: offer.counter for key, offer in self._holder.offered().items()}
+        """The counters of this member's offers not adopted yet, as its hand-offs wrote them, and
+        of its takes answered with an error, had they been applied: a row read below one is
+        from a stale replica (or, read again strongly consistent, a take not applied)."""
+        written = {key: offer.counter for key, offer in self._holder.offered().items()}
+        for key, counter in self._holder.unanswered().items():
+            written[key] = max(counter, written.get(key, counter))
+        return written
 
     def _fresh_snapshot(self, snapshot: TableSnapshot) -> TableSnapshot:
         """A sweep's snapshot with its stale rows read again (see :meth:`_fresh`)."""
@@ -320,6 +327,22 @@ class RoundReads:
             if lease is None or (lease.owner, lease.counter, lease.handed_off_by) != (offer.target, offer.counter,
                                                                                        self._me):
                 self._holder.offer_resolved(key)
+
+    def _resolve_unanswered(self, rows: Mapping[str, Lease | None], planned: Collection[str]) -> None:
+        """Forget this member's takes answered with an error whose outcome the rows read (read
+        again strongly consistent if below the take's counter: :meth:`_written`) tell: not
+        applied (below its counter), or moved on (another owner, no row); or held now, or no
+        longer planned. A row still this member's stays read: the round takes it back."""
+        held = self._holder.keys()
+        for key, counter in self._holder.unanswered().items():
+            if key in held or key not in planned:
+                self._holder.take_answered(key)
+                continue
+            if key not in rows:
+                continue
+            lease = rows[key]
+            if lease is None or lease.owner != self._me or lease.counter < counter:
+                self._holder.take_answered(key)
 
     def _snapshot(self, now: float, rows: Mapping[str, Lease], to_take: Sequence[str]) -> Snapshot:
         offered = {k: (o.target, o.counter) for k, o in self._holder.offered().items()}
