@@ -3,6 +3,7 @@
     python -m tests.fleetsim --seeds 300 --jobs 2            # the fast profile (part of make test)
     python -m tests.fleetsim --seeds 10000 --jobs 2 --out benchmarks/results/fleet_sim.json
     python -m tests.fleetsim --seed 1234                     # replay one seed: its events and log
+    python -m tests.fleetsim --membership session --seeds 300  # every member list kept by its members
     python -m tests.fleetsim --replay shrunk.json            # replay a saved (shrunk) scenario
 
 Processes run with ``PYTHONHASHSEED=0`` (re-executed if needed) so a seed replays exactly. A
@@ -28,7 +29,7 @@ from rich.table import Table
 
 from tests.fleetsim import bounds
 from tests.fleetsim.runner import run, run_seed, shrink
-from tests.fleetsim.schedule import KINDS, Scenario, draw
+from tests.fleetsim.schedule import KINDS, MEMBERSHIPS, Scenario, draw
 
 
 def _reexec_with_fixed_hash_seed() -> None:
@@ -38,11 +39,14 @@ def _reexec_with_fixed_hash_seed() -> None:
 
 
 def summarise(results: list[dict[str, Any]], elapsed: float) -> dict[str, Any]:
-    """The coverage report: schedules by disturbance kind, worst recovery per kind (D), failures."""
+    """The coverage report: schedules by disturbance kind and by membership, worst recovery per
+    kind (D), failures."""
     by_kind: dict[str, int] = defaultdict(int)
+    by_membership: dict[str, int] = defaultdict(int)
     worst: dict[str, float] = defaultdict(float)
     duplicates: dict[str, int] = defaultdict(int)
     for r in results:
+        by_membership[r.get("membership", "static")] += 1
         for kind in r["kinds"]:
             by_kind[kind] += 1
             worst[kind] = max(worst[kind], r["recovery_d"])
@@ -54,6 +58,7 @@ def summarise(results: list[dict[str, Any]], elapsed: float) -> dict[str, Any]:
         "failed": len(failed),
         "failing_seeds": [r["seed"] for r in failed][:50],
         "schedules_by_kind": {k: by_kind.get(k, 0) for k in KINDS},
+        "schedules_by_membership": {m: by_membership.get(m, 0) for m in MEMBERSHIPS},
         "worst_recovery_d_by_kind": {k: round(worst.get(k, 0.0), 2) for k in KINDS},
         "bounds_d": bounds.table(bounds.Timing(3.0, 1, 12.0)),
         "bounds_d_replicas0": bounds.table(bounds.Timing(3.0, 0, 12.0)),
@@ -75,6 +80,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--kinds", default="", help="comma-separated disturbance kinds (default: all)")
     parser.add_argument("--reads", choices=("scan", "scoped"), help="every scenario reads this way")
     parser.add_argument("--provider", choices=("keys", "worker"), help="every scenario plans these keys")
+    parser.add_argument("--membership", choices=MEMBERSHIPS,
+                        help="every scenario's member list: kept by the world (static) or its members (session)")
     parser.add_argument("--profile", choices=("long", "fast"), default="long",
                         help="fast: fewer disturbances, a shorter quiet phase (the test suite's)")
     parser.add_argument("--out", type=Path, help="write the coverage report (JSON) here")
@@ -85,7 +92,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     console = Console(stderr=True)
     kinds = tuple(k for k in args.kinds.split(",") if k) or None
-    fixed = {k: v for k, v in (("reads", args.reads), ("provider", args.provider)) if v}
+    fixed = {k: v for k, v in (("reads", args.reads), ("provider", args.provider),
+                               ("membership", args.membership)) if v}
     if args.profile != "long":
         fixed["profile"] = args.profile
 
@@ -121,7 +129,8 @@ def main(argv: list[str] | None = None) -> int:
                 progress.advance(task)
     results.sort(key=lambda r: r["seed"])
     report = summarise(results, time.monotonic() - started)
-    table = Table(title=f"{report['seeds']} schedules, {report['failed']} failed, "
+    memberships = ", ".join(f"{n} {m}" for m, n in report["schedules_by_membership"].items())
+    table = Table(title=f"{report['seeds']} schedules ({memberships} membership), {report['failed']} failed, "
                         f"{report['schedules_per_minute']} per minute")
     table.add_column("disturbance")
     table.add_column("schedules", justify="right")
@@ -147,7 +156,8 @@ def main(argv: list[str] | None = None) -> int:
         report["failures"] = [{"seed": r["seed"], "kinds": r["kinds"], "violations": r["violations"]}
                               for r in failed[:20]]
         args.out.write_text(json.dumps(report, indent=1) + "\n")
-    print(json.dumps({k: report[k] for k in ("seeds", "failed", "failing_seeds", "schedules_per_minute")}))
+    print(json.dumps({k: report[k] for k in ("seeds", "failed", "failing_seeds", "schedules_by_membership",
+                                             "schedules_per_minute")}))
     return 1 if failed else 0
 
 
@@ -158,8 +168,10 @@ def _run_one(job: tuple[int, tuple[str, ...] | None, dict[str, str]]) -> dict[st
     except Exception as exc:  # a crash of the simulated code is a failure of that seed
         import traceback
 
+        scenario = draw(seed, **({"kinds": kinds} if kinds else {}), **fixed)
         return {"seed": seed, "kinds": [], "violations": [f"exception: {exc!r}\n{traceback.format_exc()}"],
-                "recovery_d": 0.0, "duplicates": {}, "cpu_s": 0.0, "scenario": draw(seed).to_json()}
+                "recovery_d": 0.0, "duplicates": {}, "cpu_s": 0.0, "membership": scenario.membership,
+                "scenario": scenario.to_json()}
     result.pop("log", None)
     return result
 

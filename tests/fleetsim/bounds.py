@@ -6,6 +6,13 @@ scenario's timing (:class:`Timing`); :func:`table` gives them in lease durations
 docs. Within a bound the fleet may still be moving keys; after the last bound has passed,
 every ready key must be held by a running member and processed, with gaps no longer than
 :attr:`Timing.gap` (a graceful hand-off in flight).
+
+Scenarios whose members keep the member list themselves (``membership="session"``) are held
+to the same bounds, with no allowance: a newcomer publishes itself at its first tick and the
+others plan with it from their next session renewal, but no key waits on that (it is handed
+to the newcomer gracefully once planned); a dead member's watcher removes it a lease duration
+after its session stopped, but its keys are taken over by their backups within the takeover
+bound either way.
 """
 
 from __future__ import annotations

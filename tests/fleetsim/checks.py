@@ -10,7 +10,9 @@ After every event:
   processed (a running, unpaused member holds it and processes it), with gaps no longer than
   :attr:`~tests.fleetsim.bounds.Timing.gap`.
 
-At the end: every record written before the quiet phase was delivered, and the run's figures
+At the end: every record written before the quiet phase was delivered, a session scenario's
+member list (each running member's view, and the table's) lists the members running then
+and no other, and the run's figures
 (worst recovery in lease durations, duplicates by cause, scans and plan publishes in the last
 stretch of the quiet phase).
 """
@@ -20,8 +22,15 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from kinesis.lease_loop.manifest_store import (
+    ManifestConflictError,
+    ManifestCorruptError,
+    ManifestStore,
+)
+from kinesis.lease_loop.session_membership import DOCUMENT as MEMBERS_DOCUMENT
+from kinesis.lease_loop.session_membership import decode as decode_members
 from tests.fleetsim.bounds import effect_end, settled_at
-from tests.fleetsim.world import World
+from tests.fleetsim.world import MEMBERS_HEAD, World
 
 
 @dataclass
@@ -48,7 +57,11 @@ class Checker:
     max_violations: int = 5
     publishes: list[tuple[float, str]] = field(default_factory=list)
     """When the published plan's head moved to a new version, and who published it."""
+    list_changes: list[float] = field(default_factory=list)
+    """When a session scenario's member list (kept by its members in the table) moved to a new
+    version: list changes, like the world's changes of a static list."""
     _plan_version: str = ""
+    _list_version: str = ""
     _writes: int = -1
 
     def __post_init__(self) -> None:
@@ -113,6 +126,12 @@ class Checker:
             if version and version != self._plan_version and head is not None:
                 self.publishes.append((now, str(head.get("owner", {}).get("S", ""))))
             self._plan_version = version
+            if world.scenario.membership == "session":
+                head = world.memory.peek(MEMBERS_HEAD)
+                version = str(head.get("version", {}).get("N", "")) if head else ""
+                if version and version != self._list_version:
+                    self.list_changes.append(now)
+                self._list_version = version
         for v in world.violations:
             if v not in self.violations:
                 self.fail(v)
@@ -134,12 +153,14 @@ class Checker:
         self._check_publishes()
         self._check_processes()
         self._check_shared_rows()
+        self._check_member_list()
         last = max([0.0, *(effect_end(e) for e in scenario.events)])
         recovery = max((t.last_gap_end for t in self.keys.values()), default=0.0)
         d = scenario.lease_duration
         return {
             "seed": scenario.seed,
             "kinds": list(scenario.kinds()),
+            "membership": scenario.membership,
             "violations": list(self.violations),
             "recovery_d": round(max(0.0, recovery - last) / d, 3) if scenario.events else 0.0,
             "duplicates": dict(world.duplicates),
@@ -153,10 +174,21 @@ class Checker:
         members disagree: at most 2 + (changes of the member list and disturbances in the last
         3 lease durations) versions within any 2 lease durations, and at most 4 times a member
         publishing over another member's version in any 20 lease durations without a change of
-        the member list in between (two members that both own the chore in their own lists)."""
+        the member list in between (two members that both own the chore in their own lists).
+        A session scenario's list changes are its versions in the table; there are at most 2 +
+        one per member started or stopped + two per disturbance of them (a list kept by its
+        members does not flap either)."""
         world = self.world
         d = world.scenario.lease_duration
-        changes = [t for t, _ in world._truth[1:]] + [e.at for e in world.scenario.events]
+        # the list itself is not republished over and over: a version per member started or
+        # stopped, and up to two per disturbance (a member removed, then back)
+        allowed = 2 + len(world._truth) - 1 + 2 * len(world.scenario.events)
+        if len(self.list_changes) > allowed:
+            self.fail(f"the member list was published {len(self.list_changes)} times (allowed {allowed}: "
+                      "members started or stopped, two per disturbance)")
+            return
+        truth = [t for t, _ in world._truth[1:]] + self.list_changes
+        changes = truth + [e.at for e in world.scenario.events]
         for i, (at, _) in enumerate(self.publishes):
             recent = [t for t, _ in self.publishes[: i + 1] if t > at - 2 * d]
             allowed = 2 + sum(1 for t in changes if at - 3 * d <= t <= at)
@@ -164,7 +196,6 @@ class Checker:
                 self.fail(f"the plan was published {len(recent)} times within 2 lease durations before "
                           f"t={at:.3f} (allowed {allowed}: list changes and disturbances nearby)")
                 return
-        truth = [t for t, _ in world._truth[1:]]
         overwrites = [at for (before, who_before), (at, who) in zip(self.publishes, self.publishes[1:], strict=False)
                       if who != who_before and not any(before - 3 * d < t <= at for t in truth)]
         for at in overwrites:
@@ -184,9 +215,34 @@ class Checker:
             if len(names) > 1:
                 self.fail(f"{names} both still run as member {member_id!r}: one must refuse a duplicate id")
 
+    def _check_member_list(self) -> None:
+        """A session scenario's member list ends as the members running then, in every running
+        member's view and in the table (unless its head is missing or unreadable: the members
+        keep the list they know, and the next change publishes it again): each running member
+        listed itself (again, if it was removed while it could not renew its session), and
+        every member gone was removed (by itself, or by its watcher)."""
+        world = self.world
+        running = [m for m in world.members.values()
+                   if m.alive and not m.legacy and not m.coordinator.status().stopping]
+        expected = sorted({m.id for m in running})
+        if world.scenario.membership != "session" or not running:
+            return
+        for m in running:
+            assert m.membership is not None
+            if list(m.membership.members()) != expected:
+                self.fail(f"{m.name} lists {list(m.membership.members())} at the end, the running members are {expected}")
+        store = ManifestStore(world._setup, MEMBERS_DOCUMENT)  # no member's faults
+        try:
+            head = store.head(consistent=True)
+            listed = list(decode_members(store.read(head), store.head_key)) if head is not None and head.chunks else []
+        except (ManifestCorruptError, ManifestConflictError):
+            return  # an unreadable head: _check_shared_rows reports it
+        if head is not None and listed != expected:
+            self.fail(f"the member list ends as {listed} in the table, the running members are {expected}")
+
     def _check_shared_rows(self) -> None:
-        """A corrupt or missing plan head (and shard manifest head) is repaired while scoped
-        members run and are listed (a running process whose id left the list, such as the
+        """A corrupt or missing plan head (and shard manifest head, and a session scenario's
+        member list head) is repaired while scoped members run and are listed (a running process whose id left the list, such as the
         second process of a duplicate id after a SIGTERM, owns no chore)."""
         world = self.world
         scoped = [m for m in world.members.values() if m.alive and not m.legacy and m.id in world.listed]
@@ -195,6 +251,9 @@ class Checker:
         head = world.memory.peek(PLAN_HEAD)
         if head is not None and not all(k in head for k in ("version", "digest", "owner", "counter")):
             self.fail(f"the plan head is still unreadable at the end: {head}")
+        members_head = world.memory.peek(MEMBERS_HEAD) if world.scenario.membership == "session" else None
+        if members_head is not None and not all(k in members_head for k in ("version", "digest", "owner", "counter")):
+            self.fail(f"the member list's head is still unreadable at the end: {members_head}")
         if world.scenario.provider == "worker":  # the shard manifest's heads, likewise
             for key in sorted(k for k in world.memory.items() if k.startswith("__manifest__#shards") and k.count("#") == 1):
                 item = world.memory.peek(key)

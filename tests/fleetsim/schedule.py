@@ -8,6 +8,14 @@ left behind stay (a listed member that never runs, an older-build member, a lagg
 a denied action) and the fleet must recover within the stated bounds
 (:mod:`tests.fleetsim.bounds`).
 
+A scenario's ``membership`` says who keeps the member list: "static" (the world: each member
+gets a :class:`~hashring.StaticMembership` the world sets, so lags, phantoms and unlisting
+can be simulated), or "session" (the SDK's default, a
+:class:`~kinesis.lease_loop.session_membership.SessionMembership` the members keep in the
+lease table themselves: they publish themselves as they join, leave as they stop, and remove
+the dead; the kinds that only make sense for a list managed outside, :data:`STATIC_ONLY`,
+are left out of those scenarios).
+
 Disturbance kinds (``Event.kind``):
 
 =============== ===================================================================
@@ -27,7 +35,8 @@ Disturbance kinds (``Event.kind``):
                 answered with a 500 without being applied (``p``)
 ``deny``        the member may not call ``action`` (IAM) for the rest of the run
 ``corrupt``     a shared row is overwritten with garbage (``row``: plan_head,
-                plan_chunk, manifest_head, session, lease)
+                plan_chunk, manifest_head, session, lease; members_head: the head of a
+                session scenario's member list)
 ``wall_step``   the member's wall clock jumps by ``seconds``
 ``reshard``     a shard is split (``worker`` scenarios: its lease key ends, two begin)
 ``duplicate``   a second process starts under a running member's id (a misconfiguration:
@@ -47,6 +56,11 @@ from typing import Any
 KINDS = ("crash", "unlist", "restart", "sigterm", "pause", "join", "lag", "phantom", "legacy", "throttle",
          "ambiguous", "deny", "corrupt", "wall_step", "reshard", "duplicate", "chore_split")
 """Every disturbance kind, in the order the coverage report lists them."""
+
+MEMBERSHIPS = ("static", "session")
+STATIC_ONLY = frozenset({"lag", "phantom", "chore_split", "unlist", "legacy"})
+"""Kinds that need a member list managed outside the members (a legacy member, of the
+previous release, runs with one too): not drawn for "session" scenarios."""
 
 CORRUPT_ROWS = ("plan_head", "plan_chunk", "manifest_head", "session", "lease")
 
@@ -88,6 +102,8 @@ class Scenario:
     quiet_at: float = 30.0
     end: float = 90.0
     events: tuple[Event, ...] = ()
+    membership: str = "static"
+    """Who keeps the member list: "static" (the world) or "session" (the members, in the table)."""
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), indent=1, sort_keys=True)
@@ -114,12 +130,18 @@ PROFILES = {"long": (6, 25.0), "fast": (4, 14.0)}
 
 
 def draw(seed: int, *, kinds: tuple[str, ...] = KINDS, max_events: int | None = None, reads: str | None = None,
-         provider: str | None = None, profile: str = "long") -> Scenario:
+         provider: str | None = None, profile: str = "long", membership: str | None = None) -> Scenario:
     """The scenario of ``seed``: a random fleet and up to ``max_events`` disturbances of ``kinds``
-    (``reads`` and ``provider``: fixed instead of drawn; ``profile``: "long", or "fast": fewer
-    disturbances and a shorter quiet phase, for the test suite)."""
+    (``reads``, ``provider`` and ``membership``: fixed instead of drawn; ``profile``: "long", or
+    "fast": fewer disturbances and a shorter quiet phase, for the test suite)."""
     most, quiet = PROFILES[profile]
     max_events = most if max_events is None else max_events
+    # its own stream, drawn first: a static scenario draws exactly what it drew before there was a choice
+    kept_by = random.Random(seed * 104729 + 11)
+    drawn_membership = "session" if kept_by.random() < 0.3 else "static"
+    membership = membership or drawn_membership
+    if membership not in MEMBERSHIPS:
+        raise ValueError(f"membership must be one of {MEMBERSHIPS}, got {membership!r}")
     rng = random.Random(seed)
     drawn_reads = rng.choice(["scoped", "scoped", "scan"])
     drawn_provider = rng.choice(["keys", "keys", "worker"])
@@ -155,7 +177,28 @@ def draw(seed: int, *, kinds: tuple[str, ...] = KINDS, max_events: int | None = 
         if event is not None:
             events.append(event)
     events.sort(key=lambda e: e.at)
-    return replace(scenario, events=tuple(events), end=scenario.quiet_at + quiet * d)
+    scenario = replace(scenario, events=tuple(events), end=scenario.quiet_at + quiet * d)
+    return _kept_by_members(scenario, kept_by) if membership == "session" else scenario
+
+
+def _kept_by_members(scenario: Scenario, rng: random.Random) -> Scenario:
+    """``scenario`` with a :class:`SessionMembership`: scoped reads (it needs them), no phantoms
+    and no :data:`STATIC_ONLY` events; a crashed member is never unlisted by the world (its
+    watcher removes it) and a newcomer is listed by its own first tick, not after a delay.
+    Half the corrupted rows are the member list's head instead (drawn from ``rng``, the
+    membership's own stream, so the other streams draw what they always did)."""
+    events = []
+    for e in scenario.events:
+        if e.kind in STATIC_ONLY:
+            continue
+        if e.kind == "crash":
+            e = replace(e, args={**e.args, "unlist_after": None})
+        elif e.kind == "join":
+            e = replace(e, args={**e.args, "listed_after": 0.0})
+        elif e.kind == "corrupt" and rng.random() < 0.5:
+            e = replace(e, args={**e.args, "row": "members_head"})
+        events.append(e)
+    return replace(scenario, membership="session", reads="scoped", phantoms=(), events=tuple(events))
 
 
 def _event(rng: random.Random, kind: str, at: float, d: float, running: list[str], crashed: list[str],

@@ -15,6 +15,13 @@ processor per member delivers records of the keys it was told to process, only w
 delivered before it completes. Disturbances (:mod:`tests.fleetsim.schedule`) change who
 runs, what each member's list shows, and what the table answers. :class:`~tests.fleetsim.checks.Checker`
 looks at the world after every event.
+
+The member list: in a "static" scenario the world keeps it (:attr:`World.listed`, each
+member's :class:`~hashring.StaticMembership` set from it, lagging as told); in a "session"
+scenario every new-build member keeps it itself through a
+:class:`~kinesis.lease_loop.session_membership.SessionMembership` over its own table client
+(so its faults reach the list too), and :attr:`World.listed` only records who was started and
+not stopped gracefully (whom the checker may hold to a bound).
 """
 
 from __future__ import annotations
@@ -34,7 +41,7 @@ from typing import Any
 
 from botocore.exceptions import ClientError
 
-from hashring import StaticMembership, chore_owners
+from hashring import Membership, StaticMembership, chore_owners
 from kinesis.consumer.shard_manifest import ShardManifestSync
 from kinesis.consumer.shard_sync import ShardSync
 from kinesis.consumer.shards import ShardDiscovery
@@ -43,6 +50,7 @@ from kinesis.lease_loop.coordinator import LeaseCoordinator
 from kinesis.lease_loop.lease_model import SHARD_END, Lease
 from kinesis.lease_loop.leases import LeaseTable
 from kinesis.lease_loop.published_plan import PLAN_CHORE
+from kinesis.lease_loop.session_membership import SessionMembership
 from tests.fleetsim.bounds import Timing, shard_sync_interval, timing
 from tests.fleetsim.schedule import Event, Scenario
 from tests.fleetsim.stream import SPEC, STREAM, KinesisClient, SimStream
@@ -54,6 +62,8 @@ BATCH = 8
 NOBODY = "zz-nobody"
 """The one name a member list shows when nobody is listed (a member list is never empty)."""
 WRITES = frozenset({"PutItem", "UpdateItem", "DeleteItem", "TransactWriteItems"})
+MEMBERS_HEAD = "__manifest__#members"
+"""The head row of a "session" scenario's member list."""
 
 
 def _api_name(method: str) -> str:
@@ -139,7 +149,8 @@ class SimMember:
     stop_deadline: float = math.inf
     """A graceful stop ends by then (simulated time)."""
     coordinator: Any = None
-    membership: StaticMembership | None = None
+    membership: Membership | None = None
+    """A StaticMembership the world sets, or (a "session" scenario) the member's SessionMembership."""
     provider: Any = None
     tenures: dict[str, Tenure] = field(default_factory=dict)
     next_tick: float = 0.0
@@ -260,7 +271,7 @@ class World:
 
     def refresh_views(self) -> None:
         for m in self.members.values():
-            if m.membership is not None:
+            if isinstance(m.membership, StaticMembership):  # a SessionMembership keeps its own list
                 m.membership.set_members(self.view_of(m) or (NOBODY,))
 
     # --- members ---------------------------------------------------------------------
@@ -278,7 +289,11 @@ class World:
         self.members[name] = member
         if listed:
             self.set_listed(self.listed | {member_id})
-        member.membership = StaticMembership(self.view_of(member) or (NOBODY,), member_id)
+        if self.scenario.membership == "session" and not legacy:
+            member.membership = SessionMembership(self.table_for(member), member_id,
+                                                  clock=lambda: member.local(self.now))
+        else:
+            member.membership = StaticMembership(self.view_of(member) or (NOBODY,), member_id)
         if legacy:
             from tests.fleetsim.legacy import LegacyMember
 
@@ -588,6 +603,8 @@ class World:
             candidates = sorted(k for k in items if k.startswith("__manifest__#shards") and k.count("#") == 1)
         elif row == "session":
             candidates = sorted(k for k in items if k.startswith("__session__#"))
+        elif row == "members_head":
+            candidates = [k for k in items if k == MEMBERS_HEAD]
         else:
             candidates = []
         if not candidates:
