@@ -7,10 +7,6 @@ other resources than shards) is :mod:`kinesis.lease_loop`; test doubles are in
 :mod:`kinesis.consumer`.
 """
 
-import importlib
-import warnings
-from typing import Any
-
 from kinesis.consumer.kclpy_adapter import KclpyProcessor
 from kinesis.consumer.kclpy_checkpointer import KclpyCheckpointError
 from kinesis.consumer.positions import (
@@ -26,6 +22,7 @@ from kinesis.consumer.processing_failures import FailedBatch, FailureAction, Pro
 from kinesis.consumer.processor import Checkpointer, InitializationInput, RecordProcessor
 from kinesis.consumer.records import Record
 from kinesis.consumer.worker import StreamConfig, Worker, WorkerConfig, WorkerStatus, lease_key
+from kinesis.deprecation import moved
 from kinesis.errors import (
     CheckpointError,
     CheckpointRegressionError,
@@ -117,11 +114,4 @@ _MOVED = {
 """Names this package exported before 0.2, and where they live now (kept one release)."""
 
 
-def __getattr__(name: str) -> Any:
-    """The names of :data:`_MOVED`, with a DeprecationWarning naming the new import."""
-    module = _MOVED.get(name)
-    if module is None:
-        raise AttributeError(f"module 'kinesis' has no attribute {name!r}")
-    warnings.warn(f"'from kinesis import {name}' is deprecated: use 'from {module} import {name}' "
-                  "(the old import goes in the next release)", DeprecationWarning, stacklevel=2)
-    return getattr(importlib.import_module(module), name)
+__getattr__ = moved(__name__, _MOVED)

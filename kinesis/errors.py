@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from hashring.errors import ConfigurationError as _HashRingConfigurationError
+from kinesis.deprecation import moved
 
 ACCESS_DENIED_CODES = frozenset({"AccessDeniedException", "AccessDenied", "UnauthorizedOperation"})
 """AWS error codes that mean the credentials lack an IAM permission (never retried)."""
@@ -178,18 +179,9 @@ class DuplicateMemberIdError(KinesisHashRingError):
     """Another process heartbeats with this member id: every member needs a unique id."""
 
 
-_MOVED = ("InvalidOptionError", "InvalidOffsetError", "InvalidOffsetSequenceNumberError",
-          "OffsetRangeUnavailableError", "DataLossError")
+_MOVED = {name: "spark_integration.errors" for name in (
+    "InvalidOptionError", "InvalidOffsetError", "InvalidOffsetSequenceNumberError", "OffsetRangeUnavailableError",
+    "DataLossError")}
 """The Spark source's errors, here before 0.2, now in :mod:`spark_integration.errors` (kept one release)."""
 
-
-def __getattr__(name: str) -> type:
-    """The names of :data:`_MOVED`, with a DeprecationWarning naming the new import."""
-    if name not in _MOVED:
-        raise AttributeError(f"module 'kinesis.errors' has no attribute {name!r}")
-    import importlib
-    import warnings
-
-    warnings.warn(f"'from kinesis.errors import {name}' is deprecated: use 'from spark_integration.errors "
-                  f"import {name}' (the old import goes in the next release)", DeprecationWarning, stacklevel=2)
-    return getattr(importlib.import_module("spark_integration.errors"), name)
+__getattr__ = moved(__name__, _MOVED)
