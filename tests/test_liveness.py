@@ -11,6 +11,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+import pytest
+
 from kinesis.lease_loop.leases import LeaseTable
 from tests.coordinator_fleet import Fleet
 from tests.support.memory_dynamodb import Fault, MemoryDynamoDB
@@ -161,6 +163,47 @@ def test_a_corrupt_plan_head_is_replaced_without_any_change_of_the_member_list()
     settle(fleet)
     assert {c._reads._planner.published.version for c in fleet.coordinators.values()} \
         <= {int(head["version"]["N"]), before}  # no one goes back; followers catch up on their own schedule
+
+
+@pytest.mark.parametrize("damage", ["unreadable", "deleted"])
+def test_a_plan_head_rebuilt_by_a_new_process_is_followed_by_members_with_a_newer_baseline(damage: str) -> None:
+    # fleetsim seed 1732 (long): the plan head was corrupted, then a second process started
+    # under the chore owner's id; the first refused to run and the new one, with no baseline,
+    # rebuilt the head from version 1 with its stable_assignment. The others kept their newer
+    # baseline (a peer's lower version did not make them read the head), so keys both sides
+    # planned elsewhere were read by nobody: 2 keys unprocessed for ~70 s (the 30 D backstop).
+    # Now a lost or unreadable head is rebuilt by any member one settling window after it sees
+    # it, continuing the highest version it heard of, and the rebuilder tells every listed
+    # member the new version on its session row (a peer's older version also makes a member
+    # read the head): the fleet plans from one baseline again within a couple of ticks.
+    from hashring import chore_owners
+    from kinesis.lease_loop.published_plan import PLAN_CHORE
+
+    memory = MemoryDynamoDB()
+    fleet = Fleet(memory_table(memory), KEYS, ["a", "b", "c"], reads="scoped", replicas=1)
+    settle(fleet)
+    fleet.add("d")
+    settle(fleet)
+    head = plan_head(memory)
+    assert head is not None
+    before = int(head["version"]["N"])
+    owner = chore_owners(PLAN_CHORE, fleet.member_list)[0]
+    memory.corrupt("__manifest__#plan", None if damage == "deleted"
+                   else {"leaseKey": {"S": "__manifest__#plan"}, "garbage": {"S": "x"}})
+    first = fleet.coordinators[owner]
+    fleet.add(owner)  # a second process under the chore owner's id: the first refuses to run
+    rounds_until(fleet, lambda: (first.tick(), first.status().stopping)[1], limit=4)
+
+    def agreed() -> bool:
+        head = plan_head(memory) or {}
+        versions = {c._reads._planner.published.version for m, c in fleet.coordinators.items()
+                    if m in fleet.live()}
+        return "version" in head and versions == {int(head["version"]["N"])} \
+            and held_by(fleet, KEYS, set(fleet.live()))
+
+    limit = int(3 * fleet.lease_duration / fleet.tick_interval)  # was ~30 D
+    rounds_until(fleet, agreed, limit=limit)
+    assert int((plan_head(memory) or {})["version"]["N"]) > before  # the chain goes on
 
 
 class OldestPlanHead:

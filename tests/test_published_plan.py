@@ -321,7 +321,7 @@ def test_an_older_head_is_confirmed_before_the_baseline_goes_back(aws: LocalAWS)
     follow(me, plan_of(me, [*members, "x"], keys), [*members, "x"], 1.0)
     assert me.baseline is not None and me.baseline == pub.baseline and me.version == 2
     store.stale = v1  # a stale replica answers the next read
-    me.heard(3)
+    me.heard([3])
     t.calls.clear()
     follow(me, plan_of(me, [*members, "x"], keys), [*members, "x"], 2.0)
     assert store.stale_reads == 1 and t.calls == Counter({"GetItem": 1})  # the stale head, then a consistent read
@@ -346,10 +346,10 @@ def test_a_member_with_nothing_pending_rereads_the_head_only_when_told_or_rarely
     assert t.calls["GetItem"] == 0
     follow(pub, plan_of(pub, members, keys), members, 10.0, recheck=10.0)
     assert t.calls["GetItem"] == 1
-    pub.heard(1)  # its own version: nothing to catch up with
+    pub.heard([1])  # its own version: nothing to catch up with
     follow(pub, plan_of(pub, members, keys), members, 11.0, recheck=10.0)
     assert t.calls["GetItem"] == 1
-    pub.heard(2)
+    pub.heard([2])
     follow(pub, plan_of(pub, members, keys), members, 12.0, recheck=10.0)
     assert t.calls["GetItem"] == 2
 

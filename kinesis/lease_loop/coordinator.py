@@ -204,7 +204,8 @@ class LeaseCoordinator:
         self._obs = Observations(me)  # the rest is touched by the round only
         self._members = MemberList(membership, s.drive, me, self._count, clock, self._obs.membership)
         self._scoped = ScopedReads(me)  # what a scoped round reads (no I/O)
-        published = PublishedPlan(ManifestStore(table, DOCUMENT) if s.reads == "scoped" else None, me, self._count)
+        published = PublishedPlan(ManifestStore(table, DOCUMENT) if s.reads == "scoped" else None, me, self._count,
+                                  lambda member, version: self._holder.table.tell_plan_version(member, version))
         planner = Planner(me, s.replicas, s.weights, self._scoped if s.reads == "scoped" else None, published)
         self._reads = RoundReads(me, s, self._holder, self._members, ResourceKeys(s.resources, me, self._count),
                                  self._obs, self._scoped, planner, self._record, clock)

@@ -121,6 +121,8 @@ class LeaseHolder:
         self._abandoned: list[tuple[Lease, tuple[str, ...]]] = []  # given up, release failed (lease, its unconfirmed tokens)
         self.members_version = 0
         """The newest member list version this member's session row was told of."""
+        self.plan_told = 0
+        """The newest plan version a rebuilder of the plan's head told this member of."""
         self.session_since = math.inf
         """When the first renewal of the current session token was answered: a row of this
         member id naming another token (an earlier run's) is unchanged at least since then."""
@@ -356,6 +358,7 @@ class LeaseHolder:
                     self._handled -= handled
                 self._inbox = row.offers
                 self.members_version = max(self.members_version, row.members_version)
+                self.plan_told = max(self.plan_told, row.plan_told)
                 self._session_sent = max(self._session_sent, sent)
 
     def end_session(self) -> None:

@@ -102,6 +102,10 @@ MEMBERS_VERSION = "membersVersion"
 """On a session row: the newest version of the member list (a
 :class:`~kinesis.lease_loop.session_membership.SessionMembership`) its publisher told this
 member of; the member reads its renewal's answer and reads the list when it is newer."""
+PLAN_TOLD = "planTold"
+"""On a session row: the newest published plan version a member that rebuilt the plan's head
+(after it was missing or unreadable) told this member of; the member reads its renewal's
+answer and reads the head when it plans from another version."""
 OFFERS = "offers"
 """On a session row: the keys other members handed off to its member (a string set they add
 to before the hand-off write); its member reads them with every renewal and adopts them
@@ -193,6 +197,8 @@ class SessionRow:
     """Keys handed off to its member (:data:`OFFERS`)."""
     members_version: int = 0
     """The newest member list version it was told of (:data:`MEMBERS_VERSION`; 0: none)."""
+    plan_told: int = 0
+    """The newest plan version a rebuilder of the plan's head told it of (:data:`PLAN_TOLD`; 0: none)."""
     replayed: bool = field(default=False, compare=False)
     """A renewal's answer: the renewal found its own earlier attempt applied (that attempt was
     answered with an error) instead of writing."""
@@ -384,7 +390,7 @@ def session_from_item(item: Mapping[str, Any]) -> SessionRow:
             raise ValueError("not a session row key")
         return SessionRow(key[len(SESSION_PREFIX):], _s(item, SESSION_TOKEN) or "", _n(item, COUNTER),
                           _advisory_number(item, PLAN_VERSION), _advisory_strings(item, OFFERS),
-                          _advisory_number(item, MEMBERS_VERSION))
+                          _advisory_number(item, MEMBERS_VERSION), _advisory_number(item, PLAN_TOLD))
     except ValueError as exc:
         raise CorruptLeaseError(str(key), str(exc)) from None
 

@@ -228,7 +228,11 @@ class LeaseTable:
 
     def tell_members_version(self, member_id: str, version: int) -> bool:
         """Tell ``member_id`` (on its session row) that the member list moved to ``version``."""
-        return self._sessions.tell_members_version(member_id, version)
+        return self._sessions.tell(member_id, m.MEMBERS_VERSION, version)
+
+    def tell_plan_version(self, member_id: str, version: int) -> bool:
+        """Tell ``member_id`` (on its session row) that the plan's head was rebuilt as ``version``."""
+        return self._sessions.tell(member_id, m.PLAN_TOLD, version)
 
     def offer(self, member_id: str, key: str) -> bool:
         """Add ``key`` to ``member_id``'s session row's offers before handing it off to it;

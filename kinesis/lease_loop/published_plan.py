@@ -54,7 +54,7 @@ import hashlib
 import json
 import logging
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, replace
 
 from botocore.exceptions import BotoCoreError, ClientError
@@ -85,6 +85,8 @@ once its own inputs and that head have both been unchanged this many ticks, doub
 every such overwrite until its inputs change: two members that both own the chore in their
 own member lists take turns at most that often instead of every round."""
 MAX_SETTLE_DOUBLINGS = 4
+TELL_AT_MOST = 1000
+"""A member that rebuilt the head tells at most this many members of it (more: the backstop)."""
 OWNER_RECHECK_TICKS = 10
 """Ticks between two reads of the head by the member that wrote it last (when nothing is
 pending; an unreadable head is then replaced by it or the chore's next owner): one small read."""
@@ -124,9 +126,11 @@ class PublishedPlan:
     """One member's baseline and plans (see the module docs). Called from its round only."""
 
     def __init__(self, store: ManifestStore | None, member_id: str,
-                 count: Callable[[str], None] = lambda name: None):
+                 count: Callable[[str], None] = lambda name: None,
+                 tell: Callable[[str, int], bool] | None = None):
         self._store = store
         self._me = member_id
+        self._tell = tell  # records a rebuilt head's version on a member's session row
         self._count = count  # the coordinator's counters: plans_published, plan_errors
         self.baseline: Baseline | None = None
         self._plan: tuple[tuple[object, ...], Assignment] | None = None
@@ -144,6 +148,8 @@ class PublishedPlan:
         self._head_seen: tuple[int, float] = (0, -math.inf)  # a head version, and since when it is seen
         self._overwrites = 0  # other members' heads published over since the inputs last changed
         self._head_owner = ""  # the owner of the head last read or written (the last publisher)
+        self._highest_heard = 0  # the highest baseline version heard of (in peers' session rows)
+        self._older_heard: tuple[int, set[int]] = (0, set())  # (own version, older ones heard under it)
 
     def plan(self, members: tuple[str, ...], keys: tuple[str, ...],
              weights: Mapping[str, float] | None) -> Assignment:
@@ -169,17 +175,36 @@ class PublishedPlan:
         """Whether ``plan`` differs from the baseline (a change not yet published or adopted)."""
         return self.baseline is None or self._encode(plan)[1] != self.baseline.digest
 
-    def heard(self, version: int) -> None:
-        """Another member runs with baseline ``version`` (its session row says so): if that
-        is newer than this member's, read the head at the next tick even if nothing is
-        pending (a member that missed a change must not keep an old baseline forever)."""
-        if version > self.version:
-            self._behind = True
+    def heard(self, versions: Iterable[int]) -> None:
+        """Other members run with baselines ``versions`` (their session rows say so). One
+        newer than this member's: read the head at the next tick even if nothing is pending
+        (a member that missed a change must not keep an old baseline forever). One older,
+        not heard before under this baseline: read the head once too (it may have been
+        rebuilt from a lower version by a member that could not read it, and members with a
+        newer baseline would otherwise plan apart from it until the backstop read). The
+        highest version heard is where a rebuilt head continues the chain."""
+        for version in versions:
+            if version <= 0:
+                continue
+            self._highest_heard = max(self._highest_heard, version)
+            if version > self.version:
+                self._behind = True
+            elif version < self.version and version not in self._older_heard[1]:
+                if self._older_heard[0] != self.version:
+                    self._older_heard = (self.version, set())
+                self._older_heard[1].add(version)
+                self._behind = True
 
     @property
     def version(self) -> int:
         """The baseline's version (0: none), recorded in this member's session row."""
         return self.baseline.version if self.baseline is not None else 0
+
+    @property
+    def _chain_version(self) -> int:
+        """The version a head rebuilt by this member continues from (after a missing or
+        unreadable one): the highest it knows, so followers with a newer baseline move on."""
+        return max(self.version, self._highest_heard)
 
     def follow(self, plan: Assignment, listed: list[str], now: float, *, full: bool, ready: bool,
                tick_interval: float, recheck_interval: float) -> None:
@@ -236,21 +261,25 @@ class PublishedPlan:
         stopped watching it (an unreadable head then stayed until the backstop read)."""
         base = self.baseline
         if base is None:
-            return False
+            return head is None and self._highest_heard > 0  # a plan others heard of is gone?
         return head is None or ((head.version, head.digest) != (base.version, base.digest)
                                 and head.version <= base.version)
 
     def _follow(self, store: ManifestStore, plan: Assignment, listed: list[str], *, pending: bool,
                 ready: bool, now: float, settle: float) -> bool:
-        def owner(since: float) -> bool:
+        def owner(since: float, *, repair: bool = False) -> bool:
             """Whether the chore is this member's now: the chore's owner at once, the next one
             in the chore's ranking of every member once ``since`` is ``settle`` old, and so on
-            (so a listed member that never runs holds nothing up for long). Rendezvous over
-            every member: only when it matters."""
+            (so a listed member that never runs holds nothing up for long). A ``repair`` of an
+            unreadable head: any member after one ``settle`` (members ahead in the ranking read
+            the head only when something is pending, so they may never see it; racing repairs
+            are conditional on the unreadable item). Rendezvous over every member: only when
+            it matters."""
             if not ready or self._me not in listed:
                 return False
             ranking = chore_owners(PLAN_CHORE, listed, replicas=len(listed) - 1)
-            return now - since >= ranking.index(self._me) * settle
+            rank = ranking.index(self._me)
+            return now - since >= (min(rank, 1) if repair else rank) * settle
 
         try:
             head = store.head()
@@ -259,15 +288,15 @@ class PublishedPlan:
         except ManifestCorruptError as exc:  # the head row itself is unreadable
             if self._corrupt_since is None:
                 self._corrupt_since = now
-            if exc.item is None or not owner(self._corrupt_since):
+            if exc.item is None or not owner(self._corrupt_since, repair=True):
                 raise
             log.warning("%s: the published plan's head is unreadable (%s): replacing it", self._me, exc.reason)
             self._count("plan_errors")
             try:
-                head = store.claim_corrupt(self._me, exc.item, version=self.version)
+                head = store.claim_corrupt(self._me, exc.item, version=self._chain_version)
             except ManifestConflictError:
                 return False  # repaired by someone else meanwhile: read it next time
-            return self._publish(store, head, plan)
+            return self._publish(store, head, plan, rebuilt=listed)
         self._corrupt_since = None
         self._head_owner = head.owner if head is not None else ""
         if head is not None and head.version != self._head_seen[0]:
@@ -280,7 +309,7 @@ class PublishedPlan:
             try:
                 owners = decode(store.read(head), store.head_key)
             except (ManifestCorruptError, ManifestConflictError) as exc:
-                if not owner(self._head_seen[1]):
+                if not owner(self._head_seen[1], repair=True):
                     raise
                 log.warning("%s: published plan version %d is unreadable (%s): publishing over it",
                             self._me, head.version, exc)
@@ -288,21 +317,27 @@ class PublishedPlan:
             else:
                 self.baseline = Baseline(head.version, head.digest, owners)
                 return True
-        elif not (pending and owner(self._pending_since)):
-            return False
+        elif not (pending and owner(self._pending_since, repair=head is None and self._chain_version > 0)):
+            return False  # (a head lost after others planned from it: rebuilt like an unreadable one)
         if head is not None and head.version and head.owner != self._me:  # over another's plan
             wait = settle * 2 ** min(self._overwrites, MAX_SETTLE_DOUBLINGS)
             if now - self._inputs_since < settle or now - self._head_seen[1] < wait:
                 return False
             self._overwrites += 1
         try:
-            seen = head if head is not None else store.claim(self._me, None, version=self.version)
+            seen = head if head is not None else store.claim(self._me, None, version=self._chain_version)
         except ManifestConflictError:
             return False
-        return self._publish(store, seen, plan)
+        rebuilt = listed if head is None and self._chain_version else ()  # a lost head: others planned
+        return self._publish(store, seen, plan, rebuilt=rebuilt)
 
-    def _publish(self, store: ManifestStore, seen: ManifestHead, plan: Assignment) -> bool:
-        """Publish ``plan`` over the head ``seen`` (conditional on it); whether it was written."""
+    def _publish(self, store: ManifestStore, seen: ManifestHead, plan: Assignment,
+                 rebuilt: list[str] | tuple[()] = ()) -> bool:
+        """Publish ``plan`` over the head ``seen`` (conditional on it); whether it was written.
+        ``rebuilt``: the head was missing or unreadable, so these members may plan from a
+        baseline nobody can read any more and, with nothing pending, would not read the head
+        again before the backstop: each is told the new version on its session row (read at
+        its next renewal: a tick), best effort, at most :data:`TELL_AT_MOST`."""
         try:
             written = store.publish(replace(seen, owner=self._me), self._encode(plan)[0])
         except ManifestConflictError:
@@ -312,6 +347,16 @@ class PublishedPlan:
         self._count("plans_published")
         log.info("%s: published plan version %d (%d keys, %d members)", self._me, written.version,
                  len(plan.owners), len(plan.members))
+        if self._tell is not None and len(rebuilt) <= TELL_AT_MOST:
+            for member in rebuilt:
+                if member == self._me:
+                    continue
+                try:
+                    self._tell(member, written.version)
+                except KinesisHashRingError as exc:
+                    log.warning("%s: could not tell %s of plan version %d: %s", self._me, member,
+                                written.version, exc)
+                    break
         return True
 
     def _adopt(self, head: ManifestHead, plan: Assignment) -> None:

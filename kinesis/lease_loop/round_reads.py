@@ -222,7 +222,7 @@ class RoundReads:
         """Scoped: hear the plan versions the sessions read record, follow the published plan
         (:meth:`Planner.follow`), and record this member's version for its next session renewal."""
         published = self._planner.published
-        published.heard(max((r.plan_version for r in sessions), default=0))
+        published.heard([*(r.plan_version for r in sessions), self._holder.plan_told])
         self._planner.follow(listed, now, full=full, ready=ready, tick_interval=self._s.timing.tick_interval,
                              recheck_interval=min(self._s.sweep_interval, PLAN_RECHECK * self._s.timing.lease_duration))
         self._holder.plan_version = published.version

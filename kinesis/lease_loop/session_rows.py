@@ -102,16 +102,18 @@ class SessionRows:
             return False
         return True
 
-    def tell_members_version(self, member_id: str, version: int) -> bool:
-        """Record on ``member_id``'s session row that the member list moved to ``version``
-        (its next renewal reads it); False if it has no session row or knows a newer one."""
+    def tell(self, member_id: str, attribute: str, version: int) -> bool:
+        """Record ``version`` as ``attribute`` (:data:`~.lease_model.MEMBERS_VERSION`: the member
+        list moved; :data:`~.lease_model.PLAN_TOLD`: the plan's head was rebuilt) on
+        ``member_id``'s session row (its next renewal reads it); False if it has no session
+        row or knows a newer one."""
         try:
             self.calls.write(
                 "update_item", None,
                 Key={m.KEY: {"S": m.SESSION_PREFIX + member_id}},
                 UpdateExpression="SET #mv = :v",
                 ConditionExpression="attribute_exists(#tok) AND (attribute_not_exists(#mv) OR #mv < :v)",
-                ExpressionAttributeNames={"#mv": m.MEMBERS_VERSION, "#tok": m.SESSION_TOKEN},
+                ExpressionAttributeNames={"#mv": attribute, "#tok": m.SESSION_TOKEN},
                 ExpressionAttributeValues={":v": num(version)},
             )
         except ConditionFailed:
