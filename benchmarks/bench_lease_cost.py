@@ -46,9 +46,9 @@ if str(ROOT) not in sys.path:
 from benchmarks.bench_leases import SCAN, TICK, D, Scheduler  # noqa: E402
 from benchmarks.report import write_json  # noqa: E402
 from hashring import StaticMembership  # noqa: E402
-from kinesis.consumer.shard_manifest import ShardManifestSync  # noqa: E402
-from kinesis.consumer.shards import ShardDiscovery  # noqa: E402
-from kinesis.consumer.worker_config import StreamConfig  # noqa: E402
+from kinesis.consumer.discovery.manifest import ShardManifestSync  # noqa: E402
+from kinesis.consumer.discovery.shards import ShardDiscovery  # noqa: E402
+from kinesis.consumer.worker.config import StreamConfig  # noqa: E402
 from kinesis.lease_loop.clock import FakeClock  # noqa: E402
 from kinesis.lease_loop.coordinator import LeaseCoordinator  # noqa: E402
 from kinesis.lease_loop.lease_model import SESSION_PREFIX  # noqa: E402
@@ -337,7 +337,7 @@ def model_scoped_worker(k: int, n: int, s: Sizes = Sizes(), lease: float = D, *,
                         check: float | None = None, session_list: bool = False,
                         recheck: float | None = 30 * D) -> Cost:
     """A ``WorkerConfig(reads="scoped")`` Worker: :func:`model_scoped` plus the shard manifest of
-    each stream (``kinesis.consumer.shard_manifest``): every member reads the head row
+    each stream (``kinesis.consumer.discovery.manifest``): every member reads the head row
     (eventually consistent) every ``poll`` (default ``shard_sync / 2``); the chore owner and its
     backup read it strongly consistent every tick, and the owner renews it every tick; nothing
     else in steady state (new versions only on resharding)."""

@@ -42,8 +42,8 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from benchmarks.report import write_json  # noqa: E402
-from kinesis.consumer.positions import InitialPosition  # noqa: E402
-from kinesis.consumer.reader import ReadResult, ShardReader  # noqa: E402
+from kinesis.consumer.retrieval.polling import ReadResult, ShardReader  # noqa: E402
+from kinesis.consumer.retrieval.positions import InitialPosition  # noqa: E402
 from kinesis.testing import LocalAWS  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parent / "results"

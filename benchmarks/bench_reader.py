@@ -33,10 +33,9 @@ from aws_kinesis_agg.deaggregator import iter_deaggregate_records
 from rich.console import Console
 from rich.table import Table
 
-from kinesis.consumer.aggregation import aggregate
-from kinesis.consumer.positions import InitialPosition
-from kinesis.consumer.reader import ShardReader
-from kinesis.consumer.records import records_from_response
+from kinesis.consumer.retrieval.polling import ShardReader
+from kinesis.consumer.retrieval.positions import InitialPosition
+from kinesis.consumer.retrieval.records import aggregate, records_from_response
 from kinesis.testing import LocalAWS
 
 ROOT = Path(__file__).resolve().parent.parent

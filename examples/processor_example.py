@@ -6,7 +6,7 @@ DynamoDB. This example shows the contract on its own, against the embedded moto 
     .venv/bin/python examples/processor_example.py
 
 It writes plain and KPL-aggregated records, then processes each shard in lineage order with
-:class:`kinesis.consumer.reader.ShardReader`, calling the processor exactly as the Worker does.
+:class:`kinesis.consumer.retrieval.polling.ShardReader`, calling the processor exactly as the Worker does.
 """
 
 from __future__ import annotations
@@ -16,10 +16,10 @@ from collections import Counter
 from typing import Any
 
 from kinesis import InitializationInput, InitialPosition, Record, RecordProcessor
-from kinesis.consumer.aggregation import aggregate
-from kinesis.consumer.processor import Checkpointer, InMemoryCheckpointer
-from kinesis.consumer.reader import ShardReader
-from kinesis.consumer.shards import ShardDiscovery, ready_shards
+from kinesis.consumer.discovery.shards import ShardDiscovery, ready_shards
+from kinesis.consumer.retrieval.polling import ShardReader
+from kinesis.consumer.retrieval.records import aggregate
+from kinesis.consumer.shard.processor import Checkpointer, InMemoryCheckpointer
 from kinesis.testing import LocalAWS
 
 

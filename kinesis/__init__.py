@@ -7,9 +7,8 @@ other resources than shards) is :mod:`kinesis.lease_loop`; test doubles are in
 :mod:`kinesis.consumer`.
 """
 
-from kinesis.consumer.kclpy_adapter import KclpyProcessor
-from kinesis.consumer.kclpy_checkpointer import KclpyCheckpointError
-from kinesis.consumer.positions import (
+from kinesis.consumer.kclpy import KclpyCheckpointError, KclpyProcessor
+from kinesis.consumer.retrieval.positions import (
     LATEST,
     SHARD_END,
     TRIM_HORIZON,
@@ -17,11 +16,21 @@ from kinesis.consumer.positions import (
     InitialPosition,
     Position,
 )
-from kinesis.consumer.prepared_checkpointer import PreparedCheckpointer
-from kinesis.consumer.processing_failures import FailedBatch, FailureAction, ProcessorRetryPolicy
-from kinesis.consumer.processor import Checkpointer, InitializationInput, RecordProcessor
-from kinesis.consumer.records import Record
-from kinesis.consumer.worker import StreamConfig, Worker, WorkerConfig, WorkerStatus, lease_key
+from kinesis.consumer.retrieval.records import Record
+from kinesis.consumer.shard.failures import FailedBatch, FailureAction, ProcessorRetryPolicy
+from kinesis.consumer.shard.processor import (
+    Checkpointer,
+    InitializationInput,
+    PreparedCheckpointer,
+    RecordProcessor,
+)
+from kinesis.consumer.worker.worker import (
+    StreamConfig,
+    Worker,
+    WorkerConfig,
+    WorkerStatus,
+    lease_key,
+)
 from kinesis.deprecation import moved
 from kinesis.errors import (
     CheckpointError,
@@ -102,14 +111,14 @@ _MOVED = {
     "LeaseTable": "kinesis.lease_loop",
     "TableSnapshot": "kinesis.lease_loop",
     "FakeClock": "kinesis.testing",
-    "FanOutReader": "kinesis.consumer.fanout_reader",
-    "ReadResult": "kinesis.consumer.reader",
-    "ShardReader": "kinesis.consumer.reader",
-    "read_range": "kinesis.consumer.reader",
-    "Shard": "kinesis.consumer.shards",
-    "ShardDiscovery": "kinesis.consumer.shards",
-    "ready_shards": "kinesis.consumer.shards",
-    "shard_order": "kinesis.consumer.shards",
+    "FanOutReader": "kinesis.consumer.retrieval.fanout",
+    "ReadResult": "kinesis.consumer.retrieval.polling",
+    "ShardReader": "kinesis.consumer.retrieval.polling",
+    "read_range": "kinesis.consumer.retrieval.polling",
+    "Shard": "kinesis.consumer.discovery.shards",
+    "ShardDiscovery": "kinesis.consumer.discovery.shards",
+    "ready_shards": "kinesis.consumer.discovery.shards",
+    "shard_order": "kinesis.consumer.discovery.shards",
 }
 """Names this package exported before 0.2, and where they live now (kept one release)."""
 

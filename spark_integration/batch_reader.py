@@ -14,7 +14,7 @@ from typing import Any
 
 from pyspark.sql.datasource import DataSourceReader, InputPartition
 
-from kinesis.consumer.shards import ShardDiscovery, shard_order
+from kinesis.consumer.discovery.shards import ShardDiscovery, shard_order
 from spark_integration.clients import client
 from spark_integration.fanout_range import ensure_consumers
 from spark_integration.options import KinesisOptions

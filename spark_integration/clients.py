@@ -22,7 +22,7 @@ from spark_integration.options import AssumeRoleOptions, KinesisOptions
 _CLIENTS: dict[tuple[str, str | None, str | None, str, AssumeRoleOptions | None], Any] = {}
 _LOCK = threading.Lock()
 
-# Retries of throttling and 5xx are done by kinesis.consumer.throttling (jittered, interruptible); the
+# Retries of throttling and 5xx are done by kinesis.consumer.retrieval.failures (jittered, interruptible); the
 # botocore layer only does a couple of quick ones for connection-level hiccups.
 _CONFIG = Config(retries={"max_attempts": 2, "mode": "standard"}, max_pool_connections=32,
                  connect_timeout=5, read_timeout=30)

@@ -1,11 +1,11 @@
 """Read one shard range over Enhanced Fan-Out (``consumerType=SubscribeToShard``).
 
 The stream consumer ``consumerName`` is described, or registered if it does not exist, by the
-Worker's :class:`~kinesis.consumer.consumer_registration.ConsumerRegistration` (once per process
+Worker's :class:`~kinesis.consumer.retrieval.fanout.ConsumerRegistration` (once per process
 and stream: the driver at the query's start, so a missing permission or the consumer quota
 fails the query at once, and each executor's Python worker before its first subscription).
 
-:class:`FanOutRangeReader` wraps the Worker's :class:`~kinesis.consumer.fanout_reader.FanOutReader`
+:class:`FanOutRangeReader` wraps the Worker's :class:`~kinesis.consumer.retrieval.fanout.FanOutReader`
 for one bounded read: it subscribes from the range's start as the offsets say (a logged
 position: ``AT_SEQUENCE_NUMBER`` of that record, which is dropped with everything before it,
 since a position may sit inside a KPL aggregate, so the read starts strictly after it; an
@@ -24,10 +24,9 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
-from kinesis.consumer.consumer_registration import ConsumerRegistration
-from kinesis.consumer.fanout_reader import FanOutReader
-from kinesis.consumer.positions import Checkpoint, Position
-from kinesis.consumer.records import Record
+from kinesis.consumer.retrieval.fanout import ConsumerRegistration, FanOutReader
+from kinesis.consumer.retrieval.positions import Checkpoint, Position
+from kinesis.consumer.retrieval.records import Record
 from kinesis.errors import FanOutConsumerLimitError, KinesisRetriesExhaustedError
 from spark_integration.options import KinesisOptions
 

@@ -27,8 +27,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from hashring import Membership
-from kinesis.consumer.positions import LATEST, Position
-from kinesis.consumer.shards import ShardDiscovery, ready_shards
+from kinesis.consumer.discovery.shards import ShardDiscovery, ready_shards
+from kinesis.consumer.retrieval.positions import LATEST, Position
 from kinesis.errors import CheckpointRegressionError, KinesisHashRingError, LeaseLostError
 from kinesis.lease_loop.coordinator import Completion, LeaseCoordinator
 from kinesis.lease_loop.lease_model import SHARD_END, Checkpoint, Lease, TableSnapshot

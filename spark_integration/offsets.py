@@ -25,8 +25,8 @@ from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from kinesis.consumer.positions import TRIM_HORIZON, Checkpoint, InitialPosition, Position
-from kinesis.consumer.shards import Shard, ready_shards
+from kinesis.consumer.discovery.shards import Shard, ready_shards
+from kinesis.consumer.retrieval.positions import TRIM_HORIZON, Checkpoint, InitialPosition, Position
 from kinesis.errors import InvalidSequenceNumberError
 from spark_integration.errors import InvalidOffsetError, InvalidOffsetSequenceNumberError
 
@@ -175,7 +175,7 @@ def track(
 ) -> tuple[SourceOffset, list[str]]:
     """Follow resharding: the shards to read next, and the keys that left because trimmed.
 
-    Adds every listed shard whose parents are finished (in :func:`kinesis.consumer.shards.ready_shards`
+    Adds every listed shard whose parents are finished (in :func:`kinesis.consumer.discovery.shards.ready_shards`
     order) starting at ``new_shard_start``; drops ``done`` shards once all their listed children
     are tracked. A shard that is absent from the offsets counts as finished when one of its
     descendants is tracked (a child starts only after its parents finished). ``allowed``

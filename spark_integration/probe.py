@@ -4,7 +4,7 @@ Kinesis has no "latest offset" call, so the driver reads the records the next ba
 (GetRecords, capped by the read limits) and returns the position of the last one. With a
 :class:`~spark_integration.shipping.ReadAheadCache` it also keeps those records (exactly the
 range it fixed), so they can ride to the executors inside the input partitions instead of
-being fetched a second time there. The driver keeps one :class:`~kinesis.consumer.reader.ShardReader`
+being fetched a second time there. The driver keeps one :class:`~kinesis.consumer.retrieval.polling.ShardReader`
 per shard between batches, so the next probe continues where the last one stopped (no extra
 GetShardIterator, and records read past a cap are held back in memory for the next batch
 instead of being fetched again). A shard with a backlog is read ahead in the background while
@@ -22,9 +22,9 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from kinesis.consumer.positions import TRIM_HORIZON, Checkpoint, Position
-from kinesis.consumer.reader import MAX_GET_RECORDS_LIMIT, ShardReader
-from kinesis.consumer.records import Record
+from kinesis.consumer.retrieval.polling import MAX_GET_RECORDS_LIMIT, ShardReader
+from kinesis.consumer.retrieval.positions import TRIM_HORIZON, Checkpoint, Position
+from kinesis.consumer.retrieval.records import Record
 from kinesis.errors import ShardNotFoundError, StartingPositionRejectedError
 from spark_integration.data_loss import data_lost, describe, start_is_gone
 from spark_integration.shipping import RangeCollector, ReadAheadCache

@@ -6,7 +6,9 @@ import pytest
 from botocore.exceptions import ClientError, EndpointConnectionError, ReadTimeoutError
 
 from kinesis import aws_errors
-from kinesis.consumer import fanout_reader, reader, throttling
+from kinesis.consumer.retrieval import failures as throttling
+from kinesis.consumer.retrieval import fanout as fanout_reader
+from kinesis.consumer.retrieval import polling as reader
 from kinesis.lease_loop import table_calls
 
 

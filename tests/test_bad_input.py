@@ -48,9 +48,9 @@ from kinesis import (
     Worker,
     WorkerConfig,
 )
-from kinesis.consumer.aggregation import MAGIC, aggregate
-from kinesis.consumer.positions import InitialPosition
-from kinesis.consumer.reader import read_range
+from kinesis.consumer.retrieval.polling import read_range
+from kinesis.consumer.retrieval.positions import InitialPosition
+from kinesis.consumer.retrieval.records import MAGIC, aggregate
 from kinesis.lease_loop.coordinator import LeaseCoordinator
 from kinesis.lease_loop.lease_model import TRIM_HORIZON, Lease, lease_to_item
 from kinesis.lease_loop.leases import LeaseTable
@@ -369,7 +369,7 @@ def test_read_access_denied_while_running_keeps_the_lease_and_loses_nothing(
     faults = FaultInjector(kinesis)
     faults.fail(operation, "AccessDeniedException", times=3)
     journal = Journal()
-    with caplog.at_level(logging.WARNING, logger="kinesis.consumer.shard_consumer"), \
+    with caplog.at_level(logging.WARNING, logger="kinesis.consumer.shard.consumer"), \
             running(build_worker(aws, lambda: JournalProcessor(journal, "w1"), kinesis=kinesis)) as worker:
         assert journal.wait_for(lambda es: sum(e.kind == "record" for e in es) >= 10, 30)
         counters = worker.status().worker_counters
@@ -528,7 +528,7 @@ def test_malformed_kpl_aggregate_is_passed_through_and_its_neighbours_delivered(
     bad = MALFORMED_AGGREGATES[kind](good.data)
     seqs = [kinesis.put_record(StreamName="orders", Data=data, PartitionKey="pk")["SequenceNumber"]
             for data in (good.data, bad, good.data)]
-    with caplog.at_level(logging.WARNING, logger="kinesis.consumer.records"):
+    with caplog.at_level(logging.WARNING, logger="kinesis.consumer.retrieval.records"):
         records = read_all(kinesis)
     assert [(r.sequence_number, r.sub_sequence_number, r.data) for r in records] == [
         (seqs[0], 0, b"a0"), (seqs[0], 1, b"a1"), (seqs[1], 0, bad), (seqs[2], 0, b"a0"), (seqs[2], 1, b"a1")]
@@ -584,7 +584,7 @@ def test_a_broken_on_exhausted_handler_retries_the_batch(
     put_records(kinesis, "orders", 6)
     journal = Journal()
     policy = ProcessorRetryPolicy(**FAST, max_attempts=2, on_exhausted=handler)
-    with caplog.at_level(logging.WARNING, logger="kinesis.consumer.shard_consumer"), \
+    with caplog.at_level(logging.WARNING, logger="kinesis.consumer.shard.consumer"), \
             running(build_worker(aws, flaky(journal, fail="r3", times=4), processor_retry=policy,
                                  max_records=3)) as worker:
         assert journal.wait_for(lambda es: sum(e.kind == "record" for e in es) >= 6, 30)
@@ -599,7 +599,7 @@ def test_processor_initialize_raises(aws: LocalAWS, caplog: pytest.LogCaptureFix
     kinesis = one_shard(aws)
     put_records(kinesis, "orders", 5)
     journal = Journal()
-    with caplog.at_level(logging.ERROR, logger="kinesis.consumer.shard_consumer"), \
+    with caplog.at_level(logging.ERROR, logger="kinesis.consumer.shard.consumer"), \
             running(build_worker(aws, flaky(journal, fail="init", times=2))) as worker:
         assert journal.wait_for(lambda es: sum(e.kind == "record" for e in es) >= 5, 30)
         counters = worker.status().worker_counters
@@ -621,7 +621,7 @@ def test_processor_factory_returns_a_wrong_type(aws: LocalAWS, caplog: pytest.Lo
         made[0] += 1
         return object() if made[0] == 1 else JournalProcessor(journal, "w1")
 
-    with caplog.at_level(logging.ERROR, logger="kinesis.consumer.shard_consumer"), \
+    with caplog.at_level(logging.ERROR, logger="kinesis.consumer.shard.consumer"), \
             running(build_worker(aws, factory)) as worker:
         assert journal.wait_for(lambda es: sum(e.kind == "record" for e in es) >= 5, 30)
         counters = worker.status().worker_counters

@@ -28,8 +28,7 @@ from kinesis import (
     Worker,
     WorkerConfig,
 )
-from kinesis.consumer.consumer_registration import ConsumerRegistration
-from kinesis.consumer.fanout_reader import FanOutReader
+from kinesis.consumer.retrieval.fanout import ConsumerRegistration, FanOutReader
 from kinesis.lease_loop.leases import LeaseTable
 from kinesis.testing import LocalAWS, client_for
 from tests.support import eventstream

@@ -31,13 +31,17 @@ from kinesis import (
     Worker,
     WorkerConfig,
 )
-from kinesis.consumer.kclpy_checkpointer import KclpyCheckpointer
-from kinesis.consumer.kclpy_inputs import InitializeInput, KclpyRecord
-from kinesis.consumer.lease_checkpointer import LeaseCheckpointer
-from kinesis.consumer.positions import InitialPosition
-from kinesis.consumer.processor import InMemoryCheckpointer
-from kinesis.consumer.processor_style import adapt_processor, style_of
-from kinesis.consumer.records import Record
+from kinesis.consumer.kclpy import (
+    InitializeInput,
+    KclpyCheckpointer,
+    KclpyRecord,
+    adapt_processor,
+    style_of,
+)
+from kinesis.consumer.retrieval.positions import InitialPosition
+from kinesis.consumer.retrieval.records import Record
+from kinesis.consumer.shard.checkpointer import LeaseCheckpointer
+from kinesis.consumer.shard.processor import InMemoryCheckpointer
 from kinesis.errors import CorruptLeaseError, LeaseTableUnavailableError
 from kinesis.lease_loop.lease_model import Checkpoint, Lease
 

@@ -99,12 +99,11 @@ def test_the_write_rules_are_pure() -> None:
     assert module_level_imports(LEASE_LOOP / "write_rules.py") <= allowed
 
 
-def test_the_read_backoff_and_the_shard_start_are_pure() -> None:
-    # no client, no clock, no threads, no logging: the consumer logs, counts and waits
-    assert module_level_imports(CONSUMER / "read_failures.py") <= {
-        "__future__", "dataclasses", "botocore.exceptions", "kinesis.errors"}
-    assert module_level_imports(CONSUMER / "shard_start.py") <= {
-        "__future__", "dataclasses", "datetime", "kinesis.consumer.positions"}
+def test_positions_are_pure() -> None:
+    # where a reader starts is a function of the checkpoint: no client, no clock, no threads
+    assert module_level_imports(CONSUMER / "retrieval" / "positions.py") <= {
+        "__future__", "datetime", "typing", "kinesis.errors", "kinesis.lease_loop.checkpoints",
+        "kinesis.sequence_numbers"}
 
 
 def test_the_source_option_parsers_are_pure() -> None:
@@ -170,3 +169,12 @@ def test_no_two_public_classes_share_a_name() -> None:
     import kinesis.errors
 
     assert issubclass(kinesis.errors.ConfigurationError, hashring.errors.ConfigurationError)
+
+
+@pytest.mark.parametrize("old", ["kinesis.consumer.reader", "kinesis.consumer.shard_end", "kinesis.consumer.kclpy_inputs"])
+def test_a_module_that_moved_imports_from_its_old_path_with_a_warning(old: str) -> None:
+    from kinesis.consumer import MOVED_MODULES
+
+    with pytest.warns(DeprecationWarning, match=MOVED_MODULES[old]):
+        module = importlib.import_module(old)
+    assert module is importlib.import_module(MOVED_MODULES[old])

@@ -18,7 +18,7 @@ from botocore.awsrequest import AWSResponse
 from botocore.config import Config
 from botocore.stub import Stubber
 
-from kinesis.consumer.records import Record
+from kinesis.consumer.retrieval.records import Record
 from kinesis.errors import (
     CheckpointError,
     CheckpointRegressionError,

@@ -11,13 +11,13 @@ from typing import Any
 
 import pytest
 
-from kinesis.consumer import worker as worker_module
+from kinesis.consumer.worker import worker as worker_module
 from kinesis.testing import LocalAWS
 from tests.support.waiting import eventually
 from tests.support.worker_journal import Journal, make_worker, put_records
 
 COORDINATOR = "kinesis.lease_loop.coordinator"
-CONSUMER = "kinesis.consumer.shard_consumer"
+CONSUMER = "kinesis.consumer.shard.consumer"
 SHARD = "app/orders/shardId-000000000000"
 
 

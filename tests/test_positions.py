@@ -29,13 +29,13 @@ from kinesis import (
     InvalidSequenceNumberError,
     Position,
 )
-from kinesis.consumer.kclpy_checkpointer import (
+from kinesis.consumer.kclpy import (
     ILLEGAL_ARGUMENT,
     KclpyCheckpointer,
     KclpyCheckpointError,
 )
-from kinesis.consumer.positions import iterator_args
-from kinesis.consumer.processor import InMemoryCheckpointer
+from kinesis.consumer.retrieval.positions import iterator_args
+from kinesis.consumer.shard.processor import InMemoryCheckpointer
 from kinesis.errors import (
     CheckpointError,
     ConfigurationError,

@@ -17,8 +17,8 @@ from botocore.config import Config
 from botocore.exceptions import ClientError
 
 from kinesis import StreamConfig, Worker, WorkerConfig
-from kinesis.consumer.shards import ShardDiscovery
-from kinesis.consumer.throttling import call_with_retries
+from kinesis.consumer.discovery.shards import ShardDiscovery
+from kinesis.consumer.retrieval.failures import call_with_retries
 from kinesis.errors import HealthServerError, KinesisRetriesExhaustedError
 from kinesis.testing import LocalAWS, client_for
 from tests.support.fault_proxy import FaultProxy, fault_proxy

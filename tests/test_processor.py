@@ -8,10 +8,14 @@ from pathlib import Path
 
 import pytest
 
-from kinesis.consumer.positions import SHARD_END, Position
-from kinesis.consumer.prepared_checkpointer import PreparedCheckpointer
-from kinesis.consumer.processor import Checkpointer, InMemoryCheckpointer, RecordProcessor
-from kinesis.consumer.records import Record
+from kinesis.consumer.retrieval.positions import SHARD_END, Position
+from kinesis.consumer.retrieval.records import Record
+from kinesis.consumer.shard.processor import (
+    Checkpointer,
+    InMemoryCheckpointer,
+    PreparedCheckpointer,
+    RecordProcessor,
+)
 from kinesis.errors import CheckpointError, LeaseLostError
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -12,10 +12,9 @@ from typing import Any
 import pytest
 from botocore.config import Config
 
-from kinesis.consumer.aggregation import aggregate
-from kinesis.consumer.positions import InitialPosition, Position
-from kinesis.consumer.reader import ShardReader, read_range
-from kinesis.consumer.records import Record
+from kinesis.consumer.retrieval.polling import ShardReader, read_range
+from kinesis.consumer.retrieval.positions import InitialPosition, Position
+from kinesis.consumer.retrieval.records import Record, aggregate
 from kinesis.errors import (
     ConfigurationError,
     KinesisRetriesExhaustedError,
@@ -369,7 +368,7 @@ def test_iter_records_holds_back_unyielded_records(kinesis: Any) -> None:
 def test_a_long_retry_backoff_is_interrupted_by_the_stop_event() -> None:
     from botocore.exceptions import ClientError
 
-    from kinesis.consumer.throttling import ShutdownRequested, call_with_retries
+    from kinesis.consumer.retrieval.failures import ShutdownRequested, call_with_retries
 
     stop, called = threading.Event(), threading.Event()
     outcome: list[BaseException] = []
@@ -397,7 +396,7 @@ def test_a_long_retry_backoff_is_interrupted_by_the_stop_event() -> None:
 def test_non_transient_errors_are_not_retried() -> None:
     from botocore.exceptions import ClientError
 
-    from kinesis.consumer.throttling import call_with_retries
+    from kinesis.consumer.retrieval.failures import call_with_retries
 
     calls = []
 
@@ -416,7 +415,7 @@ def test_non_transient_errors_are_not_retried() -> None:
 def test_following_lineage_through_split_and_merge_keeps_per_key_order(kinesis_resharding: LocalAWS) -> None:
     from collections import defaultdict
 
-    from kinesis.consumer.shards import ShardDiscovery, ready_shards
+    from kinesis.consumer.discovery.shards import ShardDiscovery, ready_shards
 
     client = kinesis_resharding.client("kinesis")
     client.create_stream(StreamName="lineage", ShardCount=2)

@@ -138,7 +138,7 @@ def test_local_run_py_processes_the_records_and_stops_cleanly_on_ctrl_c(tmp_path
         assert run.stop() == 0, "\n".join(run.err)
     assert sorted(printed_events(run.out)) == sorted(f"b'event {i}'" for i in range(10)), "each record once"
     logs = "\n".join(run.err)
-    assert re.search(r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3} INFO +kinesis\.consumer\.worker .* started: "
+    assert re.search(r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3} INFO +kinesis\.consumer\.worker\.worker .* started: "
                      r"table orders-app-leases", logs, re.M), logs
     assert "acquired free lease orders-app/orders/shardId-000000000000" in logs
     assert "stopped (clean)" in logs

@@ -14,18 +14,19 @@ from aws_kinesis_agg import deaggregator as ref_deaggregator
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kinesis.consumer.aggregation import (
+from kinesis.consumer.retrieval.positions import Position
+from kinesis.consumer.retrieval.records import (
     DIGEST_SIZE,
     MAGIC,
     MAX_RECORD_BYTES,
+    Record,
     RecordAggregator,
     UserRecord,
     aggregate,
     deaggregate,
     partition_key_hash,
+    records_from_response,
 )
-from kinesis.consumer.positions import Position
-from kinesis.consumer.records import Record, records_from_response
 from kinesis.errors import AggregationError, RecordTooLargeError
 
 ARRIVAL = datetime(2024, 5, 1, 12, 0, tzinfo=UTC)
@@ -195,7 +196,7 @@ def test_mixed_batch_keeps_order_and_numbers_sub_records() -> None:
 def test_bad_md5_aggregate_is_passed_through_with_a_warning(caplog: pytest.LogCaptureFixture) -> None:
     (agg,) = aggregate([("a", b"1"), ("b", b"2")])
     corrupt = agg.data[:-1] + bytes([agg.data[-1] ^ 1])
-    with caplog.at_level(logging.WARNING, logger="kinesis.consumer.records"):
+    with caplog.at_level(logging.WARNING, logger="kinesis.consumer.retrieval.records"):
         (rec,) = records_from_response("s", "sh", [raw(corrupt, "9")])
     assert rec.data == corrupt and not rec.aggregated and rec.sub_sequence_number == 0
     assert "MD5" in caplog.text and "9" in caplog.text
@@ -204,7 +205,7 @@ def test_bad_md5_aggregate_is_passed_through_with_a_warning(caplog: pytest.LogCa
 def test_valid_digest_but_malformed_body_is_passed_through_with_a_warning(caplog: pytest.LogCaptureFixture) -> None:
     body = b"\x1a\x04\x08\x05\x1a\x00"
     data = MAGIC + body + hashlib.md5(body).digest()
-    with caplog.at_level(logging.WARNING, logger="kinesis.consumer.records"):
+    with caplog.at_level(logging.WARNING, logger="kinesis.consumer.retrieval.records"):
         (rec,) = records_from_response("s", "sh", [raw(data, "4")])
     assert rec.data == data and not rec.aggregated
     assert "malformed" in caplog.text

@@ -11,9 +11,13 @@ from datetime import UTC, datetime
 import pytest
 from botocore.exceptions import EndpointConnectionError
 
-from kinesis.consumer.batch_retries import deliver, exhausted_action, logs_stuck, undelivered
-from kinesis.consumer.lease_checkpointer import LeaseCheckpointer
-from kinesis.consumer.positions import (
+from kinesis.consumer.retrieval.failures import (
+    MAX_READ_BACKOFF,
+    READ_ERRORS,
+    ReadFailures,
+    read_backoff,
+)
+from kinesis.consumer.retrieval.positions import (
     LATEST,
     SHARD_END,
     TRIM_HORIZON,
@@ -21,23 +25,27 @@ from kinesis.consumer.positions import (
     InitialPosition,
     Position,
 )
-from kinesis.consumer.processing_failures import (
+from kinesis.consumer.retrieval.records import Record
+from kinesis.consumer.shard.checkpointer import LeaseCheckpointer
+from kinesis.consumer.shard.consumer import (
+    NoCoordinator,
+    StartPoint,
+    deliver,
+    exhausted_action,
+    finish_shard,
+    logs_stuck,
+    pending_position,
+    pinned_start,
+    start_point,
+    undelivered,
+)
+from kinesis.consumer.shard.failures import (
     FailedBatch,
     FailureAction,
     FailureState,
     ProcessorRetryPolicy,
 )
-from kinesis.consumer.read_failures import (
-    MAX_READ_BACKOFF,
-    READ_ERRORS,
-    ReadFailures,
-    read_backoff,
-)
-from kinesis.consumer.records import Record
-from kinesis.consumer.shard_end import finish_shard
-from kinesis.consumer.shard_start import StartPoint, pending_position, pinned_start, start_point
-from kinesis.consumer.shard_status import NoCoordinator
-from kinesis.consumer.worker_config import StreamConfig
+from kinesis.consumer.worker.config import StreamConfig
 from kinesis.errors import KinesisRetriesExhaustedError, LeaseLostError
 
 # --- read failures -------------------------------------------------------------------------
@@ -277,8 +285,8 @@ def test_a_shard_ends_only_once_the_processor_checkpointed_shard_end(
 ) -> None:
     sink = Sink()
     checkpointer = LeaseCheckpointer(sink, "app/orders/shardId-0", "orders", "shardId-0", Position("5", 0))
-    with caplog.at_level(logging.ERROR, logger="kinesis.consumer.shard_consumer"):
+    with caplog.at_level(logging.ERROR, logger="kinesis.consumer.shard.consumer"):
         assert finish_shard("app/orders/shardId-0", Ending(checkpoints), checkpointer) is checkpoints
     assert sink.written == ([SHARD_END] if checkpoints else [])
-    errors = [r for r in caplog.records if r.name == "kinesis.consumer.shard_consumer"]
+    errors = [r for r in caplog.records if r.name == "kinesis.consumer.shard.consumer"]
     assert [r.levelno for r in errors] == ([] if checkpoints else [logging.ERROR])

@@ -15,8 +15,8 @@ import pytest
 
 from hashring import StaticMembership, owners_of
 from kinesis import StreamConfig, Worker, WorkerConfig
-from kinesis.consumer.shard_manifest import ShardManifest, ShardManifestSync
-from kinesis.consumer.shards import ShardDiscovery
+from kinesis.consumer.discovery.manifest import ShardManifest, ShardManifestSync
+from kinesis.consumer.discovery.shards import ShardDiscovery
 from kinesis.errors import ConfigurationError
 from kinesis.lease_loop.clock import FakeClock
 from kinesis.lease_loop.lease_model import TableSnapshot
@@ -243,7 +243,7 @@ def test_a_split_is_planned_only_once_the_parent_finished_and_one_poll_after_pub
 
 
 def test_the_manifest_round_trips_shards_with_128_bit_hash_keys() -> None:
-    from kinesis.consumer.shards import Shard
+    from kinesis.consumer.discovery.shards import Shard
 
     shard = Shard("shardId-000000000001", "shardId-000000000000", None, "1", None, (0, 2**128 - 1))
     manifest = ShardManifest((shard,), frozenset({"shardId-000000000000"}), 12)

@@ -9,7 +9,13 @@ from botocore.config import Config
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kinesis.consumer.shards import Shard, ShardDiscovery, children_of, ready_shards, shard_order
+from kinesis.consumer.discovery.shards import (
+    Shard,
+    ShardDiscovery,
+    children_of,
+    ready_shards,
+    shard_order,
+)
 from kinesis.errors import ConfigurationError, KinesisRetriesExhaustedError, StreamNotFoundError
 from kinesis.testing import LocalAWS
 from tests.support.kinesis_faults import FaultInjector
@@ -262,7 +268,7 @@ def test_discovery_rejects_bad_configuration(kinesis: Any) -> None:
 def test_a_missing_stream_is_named_in_one_sentence() -> None:
     from botocore.exceptions import ClientError
 
-    from kinesis.consumer.shards import stream_not_found
+    from kinesis.consumer.discovery.shards import stream_not_found
 
     error = ClientError({"Error": {"Code": "ResourceNotFoundException",
                                    "Message": "Stream orders under account 123 not found."}}, "ListShards")

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from kinesis.consumer.aggregation import aggregate
+from kinesis.consumer.retrieval.records import aggregate
 from kinesis.testing import LocalAWS
 from tests.spark_support import create_stream, put_json
 

@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from kinesis.consumer.aggregation import aggregate
+from kinesis.consumer.retrieval.records import aggregate
 from kinesis.errors import FanOutConsumerLimitError
 from kinesis.testing import LocalAWS
 from spark_integration.batch_reader import KinesisBatchReader

@@ -6,8 +6,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from kinesis.consumer.positions import TRIM_HORIZON, Position
-from kinesis.consumer.shards import ShardDiscovery
+from kinesis.consumer.discovery.shards import ShardDiscovery
+from kinesis.consumer.retrieval.positions import TRIM_HORIZON, Position
 from kinesis.errors import LeaseLostError
 from kinesis.lease_loop.lease_model import Checkpoint
 from kinesis.lease_loop.leases import LeaseTable

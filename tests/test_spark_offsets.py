@@ -6,8 +6,8 @@ import json
 
 import pytest
 
-from kinesis.consumer.positions import TRIM_HORIZON, Position
-from kinesis.consumer.shards import Shard
+from kinesis.consumer.discovery.shards import Shard
+from kinesis.consumer.retrieval.positions import TRIM_HORIZON, Position
 from spark_integration.errors import InvalidOffsetError
 from spark_integration.offsets import (
     ShardOffset,

@@ -14,8 +14,8 @@ from typing import Any
 
 import pytest
 
-from kinesis.consumer.aggregation import aggregate
-from kinesis.consumer.positions import Position
+from kinesis.consumer.retrieval.positions import Position
+from kinesis.consumer.retrieval.records import aggregate
 from kinesis.testing import LocalAWS
 from spark_integration.offsets import SourceOffset
 from spark_integration.options import parse_options

@@ -34,14 +34,14 @@ from kinesis import (
     WorkerConfig,
     lease_key,
 )
-from kinesis.consumer.consumer_pool import ConsumerPool
-from kinesis.consumer.health import HealthServer
-from kinesis.consumer.reader import ShardReader
-from kinesis.consumer.retrieval import make_reader
-from kinesis.consumer.shard_sync import ShardSync
-from kinesis.consumer.shards import ShardDiscovery
-from kinesis.consumer.signals import stop_on_signals
-from kinesis.consumer.worker_config import parse_lease_key
+from kinesis.consumer.discovery.shards import ShardDiscovery
+from kinesis.consumer.discovery.sync import ShardSync
+from kinesis.consumer.retrieval.polling import ShardReader
+from kinesis.consumer.retrieval.readers import make_reader
+from kinesis.consumer.worker.config import parse_lease_key
+from kinesis.consumer.worker.health import HealthServer
+from kinesis.consumer.worker.pool import ConsumerPool
+from kinesis.consumer.worker.worker import stop_on_signals
 from kinesis.lease_loop.lease_model import LATEST, SHARD_END, TRIM_HORIZON, Checkpoint, Lease
 from kinesis.lease_loop.leases import LeaseTable
 from kinesis.testing import LocalAWS
@@ -477,14 +477,14 @@ def test_after_max_attempts_a_shard_is_stuck_logged_once_and_still_retried(
                     processor_retry=ProcessorRetryPolicy(**FAST_RETRY, max_attempts=3))
     put_records(one_shard, "orders", 10)
     Probe.fail_on = b"r7"
-    with caplog.at_level("WARNING", logger="kinesis.consumer.shard_consumer"):
+    with caplog.at_level("WARNING", logger="kinesis.consumer.shard.consumer"):
         pool.on_lease_acquired(Lease(KEY, "w1", 1, TRIM_HORIZON))
         eventually(lambda: pool.counters["processor_errors"] >= 6, 20)  # retried past the limit
     status = pool.statuses()[0]
     assert status.state == "stuck" and status.failed_attempts >= 6
     assert holder.released == [] and pool.counters["records_skipped"] == 0  # nothing skipped
     assert [e.data for e in journal.records()] == [f"r{i}".encode() for i in range(5)]
-    ours = [r for r in caplog.records if r.name == "kinesis.consumer.shard_consumer"]
+    ours = [r for r in caplog.records if r.name == "kinesis.consumer.shard.consumer"]
     assert sum("STUCK" in r.getMessage() for r in ours) == 1
     assert sum(r.exc_info is not None for r in ours) == 1  # one traceback, then one-liners
     pool.halt_all(10)
@@ -704,9 +704,9 @@ def test_a_stuck_shard_is_counted_in_the_metrics() -> None:
     pytest.importorskip("prometheus_client")
     from prometheus_client.parser import text_string_to_metric_families
 
-    from kinesis.consumer.metrics import build_registry, render
-    from kinesis.consumer.shard_consumer import ShardStatus
-    from kinesis.consumer.worker import WorkerStatus
+    from kinesis.consumer.shard.consumer import ShardStatus
+    from kinesis.consumer.worker.metrics import build_registry, render
+    from kinesis.consumer.worker.worker import WorkerStatus
 
     def shard(state: str, n: int) -> ShardStatus:
         return ShardStatus(f"app/orders/s{n}", "app", "orders", f"s{n}", state, 5, 1, 0, None,

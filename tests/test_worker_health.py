@@ -8,8 +8,8 @@ import pytest
 
 from hashring import Assignment
 from kinesis import StreamConfig, WorkerConfig, WorkerStatus
-from kinesis.consumer import worker_health
-from kinesis.consumer.worker_health import (
+from kinesis.consumer.worker import health as worker_health
+from kinesis.consumer.worker.health import (
     is_live,
     planned_members,
     readiness,
@@ -81,6 +81,6 @@ def test_the_startup_line_names_the_streams_the_membership_and_the_health_server
 
 
 def test_worker_status_is_importable_where_it_was() -> None:
-    from kinesis.consumer.worker import WorkerStatus as FromWorker
+    from kinesis.consumer.worker.worker import WorkerStatus as FromWorker
 
     assert FromWorker is WorkerStatus is worker_health.WorkerStatus

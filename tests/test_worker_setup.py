@@ -10,8 +10,8 @@ from botocore.exceptions import NoRegionError
 
 from hashring import StaticMembership
 from kinesis import ConfigurationError, RecordProcessor, StreamConfig, WorkerConfig
-from kinesis.consumer.consumer_registration import ConsumerRegistration, deregister_on_stop
-from kinesis.consumer.worker_setup import (
+from kinesis.consumer.retrieval.fanout import ConsumerRegistration, deregister_on_stop
+from kinesis.consumer.worker.setup import (
     build_client,
     check_processor_factories,
     resolve_reads,

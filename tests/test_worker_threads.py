@@ -254,7 +254,7 @@ def test_at_timestamp_starts_at_the_first_record_at_or_after_it(aws: LocalAWS) -
 @pytest.mark.parametrize("reads", ["scan", "scoped"])
 def test_resharding_while_running_parents_finish_before_children(kinesis_resharding: LocalAWS, reads: str) -> None:
     """With ``reads="scoped"`` one member lists the shards and publishes the shard manifest
-    (kinesis.consumer.shard_manifest); the others plan from it."""
+    (kinesis.consumer.discovery.manifest); the others plan from it."""
     aws = kinesis_resharding
     kinesis = aws.client("kinesis")
     kinesis.create_stream(StreamName="orders", ShardCount=2)

@@ -15,7 +15,7 @@ Sequence numbers are decimal strings compared as integers (never as strings), th
 sub-sequence number; the initial sentinels sort before every record and tie with each other,
 SHARD_END sorts after every record. A lease checkpoint is therefore itself a reader's start.
 The consumer's names for its kinds, ``Position`` and ``InitialPosition``, are in
-:mod:`kinesis.consumer.positions`.
+:mod:`kinesis.consumer.retrieval.positions`.
 """
 
 from __future__ import annotations

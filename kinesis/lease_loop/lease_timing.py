@@ -1,6 +1,6 @@
 """``LeaseTiming``: every duration of the lease loop, with its defaults and rules, in one place.
 
-:class:`~kinesis.consumer.worker_config.WorkerConfig` builds one (``config.timing``) and the
+:class:`~kinesis.consumer.worker.config.WorkerConfig` builds one (``config.timing``) and the
 :class:`~kinesis.lease_loop.coordinator.LeaseCoordinator` takes it (or builds one from its keyword
 arguments), so each rule is written and checked once. All values are seconds.
 

@@ -1,8 +1,8 @@
 """A simulated Kinesis stream for ``worker`` scenarios: shards, their records, and resharding.
 
 The members of a ``worker`` scenario plan the keys the Worker's own resource providers give
-them (:class:`~kinesis.consumer.shard_manifest.ShardManifestSync` with scoped reads,
-:class:`~kinesis.consumer.shard_sync.ShardSync` with scans), over a ListShards answered
+them (:class:`~kinesis.consumer.discovery.manifest.ShardManifestSync` with scoped reads,
+:class:`~kinesis.consumer.discovery.sync.ShardSync` with scans), over a ListShards answered
 here. Records arrive at a fixed rate on every open shard; a split closes a shard (its last
 record is the one written before the split) and opens two children that start empty. A
 member that has delivered a closed shard's last record checkpoints ``SHARD_END``, releases
@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from kinesis.consumer.worker_config import StreamConfig
+from kinesis.consumer.worker.config import StreamConfig
 
 STREAM = "sim-stream"
 APPLICATION = "sim-app"

@@ -42,9 +42,9 @@ from typing import Any
 from botocore.exceptions import ClientError
 
 from hashring import Membership, StaticMembership, chore_owners
-from kinesis.consumer.shard_manifest import ShardManifestSync
-from kinesis.consumer.shard_sync import ShardSync
-from kinesis.consumer.shards import ShardDiscovery
+from kinesis.consumer.discovery.manifest import ShardManifestSync
+from kinesis.consumer.discovery.shards import ShardDiscovery
+from kinesis.consumer.discovery.sync import ShardSync
 from kinesis.errors import KinesisHashRingError, LeaseLostError
 from kinesis.lease_loop.coordinator import LeaseCoordinator
 from kinesis.lease_loop.lease_model import SHARD_END, Lease

@@ -1,4 +1,4 @@
-"""Prometheus metrics of a :class:`~kinesis.consumer.worker.Worker` (optional extra ``metrics``).
+"""Prometheus metrics of a :class:`~kinesis.consumer.worker.worker.Worker` (optional extra ``metrics``).
 
 ``prometheus_client`` is imported lazily: without it :func:`build_registry` returns ``None``
 and the worker runs without metrics. The collector reads :meth:`Worker.status` at scrape
@@ -25,7 +25,7 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from kinesis.consumer.worker import Worker
+    from kinesis.consumer.worker.worker import Worker
 
 
 def prometheus_available() -> bool:

@@ -1,4 +1,4 @@
-"""The concrete :class:`~kinesis.consumer.processor.Checkpointer` of a worker: checkpoints go to the lease.
+"""The concrete :class:`~kinesis.consumer.shard.processor.Checkpointer` of a worker: checkpoints go to the lease.
 
 Every checkpoint is one conditional write through
 :meth:`LeaseCoordinator.checkpoint <kinesis.lease_loop.coordinator.LeaseCoordinator.checkpoint>`, fenced
@@ -7,7 +7,7 @@ by the lease's owner and counter and by ``checkpointOrder <= new`` in DynamoDB, 
 * a member that lost the lease cannot write (:class:`~kinesis.errors.LeaseLostError`, and
   every later call raises it too);
 * a checkpoint never moves backwards, locally (:class:`~kinesis.errors.CheckpointError`
-  from :class:`~kinesis.consumer.processor.CheckpointerBase`) nor in the table;
+  from :class:`~kinesis.consumer.shard.processor.CheckpointerBase`) nor in the table;
 * ``checkpoint()`` inside ``shard_ended`` writes ``SHARD_END``, which lets the children start;
 * ``prepare_checkpoint()`` writes the lease row's pending checkpoint through
   :meth:`LeaseCoordinator.prepare_checkpoint <kinesis.lease_loop.coordinator.LeaseCoordinator.prepare_checkpoint>`,
@@ -18,8 +18,8 @@ from __future__ import annotations
 
 from typing import Protocol
 
-from kinesis.consumer.positions import SHARD_END, Checkpoint, Position
-from kinesis.consumer.processor import CheckpointerBase
+from kinesis.consumer.retrieval.positions import SHARD_END, Checkpoint, Position
+from kinesis.consumer.shard.processor import CheckpointerBase
 from kinesis.errors import LeaseLostError
 from kinesis.lease_loop.lease_model import Lease
 

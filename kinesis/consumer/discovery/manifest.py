@@ -1,13 +1,13 @@
 """Shard discovery as one member's chore: the resource provider of ``reads="scoped"`` Workers.
 
-With :class:`~kinesis.consumer.shard_sync.ShardSync` every member lists every stream's shards
+With :class:`~kinesis.consumer.discovery.sync.ShardSync` every member lists every stream's shards
 and judges parents from a full scan. :class:`ShardManifestSync` gives that work to one member
 per stream and lets everyone else read one small row:
 
 * **The chore owner** of a stream (whoever holds the head row of its manifest,
   :mod:`kinesis.lease_loop.manifest_store`) renews the head every tick, lists the shards every
   ``shard_sync_interval``, creates the missing lease rows (parents first, with the start rules
-  of :func:`~kinesis.consumer.shard_sync.initial_checkpoint`), reads every tick the rows of the
+  of :func:`~kinesis.consumer.discovery.sync.initial_checkpoint`), reads every tick the rows of the
   closed shards not yet finished (none in steady state) and publishes a new version of the
   manifest (the shards and which of them are finished) when anything changed.
 * **Who takes the chore**: the first of the members ranked for the reserved key
@@ -42,9 +42,9 @@ from typing import Any
 
 from hashring import Membership, chore_owners
 from hashring.errors import HashRingError
-from kinesis.consumer.shard_sync import ShardSync
-from kinesis.consumer.shards import Shard, ShardDiscovery, ready_shards, shard_order
-from kinesis.consumer.worker_config import StreamConfig, WorkerConfig
+from kinesis.consumer.discovery.shards import Shard, ShardDiscovery, ready_shards, shard_order
+from kinesis.consumer.discovery.sync import ShardSync
+from kinesis.consumer.worker.config import StreamConfig, WorkerConfig
 from kinesis.errors import ConfigurationError, CorruptLeaseError, KinesisHashRingError
 from kinesis.lease_loop.clock import MONOTONIC, Clock
 from kinesis.lease_loop.lease_model import TableSnapshot
@@ -401,7 +401,7 @@ def shard_provider(
 ) -> ShardSync:
     """The Worker's resource provider: :class:`ShardSync` for ``reads="scan"``, the shard
     manifest for ``reads="scoped"`` (which needs a membership outside the lease table);
-    ``reads``: the resolved mode (:func:`~kinesis.consumer.worker_setup.resolve_reads`)."""
+    ``reads``: the resolved mode (:func:`~kinesis.consumer.worker.setup.resolve_reads`)."""
     if reads == "scan":
         return ShardSync(table, streams)
     if isinstance(membership, DynamoDBMembership):

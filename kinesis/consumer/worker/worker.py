@@ -22,16 +22,16 @@ What it does:
 
 * a :class:`~kinesis.lease_loop.coordinator.LeaseCoordinator` over the DynamoDB lease table runs the
   balanced, fenced lease loop (one lease per ``<application>/<stream>/<shardId>``, see
-  :mod:`kinesis.consumer.worker_config`), with every stream of every application of this worker
+  :mod:`kinesis.consumer.worker.config`), with every stream of every application of this worker
   planned together: the fleet keeps ``max - min <= 1`` leases per member;
-* :class:`~kinesis.consumer.shard_sync.ShardSync` is its resource provider: shard discovery, lease rows
+* :class:`~kinesis.consumer.discovery.sync.ShardSync` is its resource provider: shard discovery, lease rows
   with lineage, parents before children, new shards picked up while running;
-* :class:`~kinesis.consumer.consumer_pool.ConsumerPool` runs one reader thread per held shard and the
+* :class:`~kinesis.consumer.worker.pool.ConsumerPool` runs one reader thread per held shard and the
   processor lifecycle, with graceful hand-offs that lose and duplicate nothing;
 * :meth:`run` turns SIGTERM/SIGINT into :meth:`stop` ``(graceful=True)``: leave the member
   list, hand every lease to its next owner, within ``shutdown_grace``;
-* :meth:`status`, health endpoints (:mod:`kinesis.consumer.health`) and Prometheus metrics
-  (:mod:`kinesis.consumer.metrics`, optional).
+* :meth:`status`, health endpoints (:mod:`kinesis.consumer.worker.health`) and Prometheus metrics
+  (:mod:`kinesis.consumer.worker.metrics`, optional).
 
 Clients: pass boto3 ``kinesis_client`` and ``dynamodb_client``, or a ``session`` (and
 optionally ``endpoint_url`` / ``region_name``) to build them. Membership: any
@@ -43,31 +43,36 @@ Errors: configuration mistakes raise :class:`~kinesis.errors.ConfigurationError`
 the AWS side before taking any lease: the lease table is created or validated
 (``LeaseTable*Error``) and every stream is listed once, so a missing stream raises
 :class:`~kinesis.errors.StreamNotFoundError` naming the stream, region and endpoint.
+
+Turn SIGTERM / SIGINT into a graceful stop request (Kubernetes sends SIGTERM on pod deletion).
 """
 
 from __future__ import annotations
 
 import logging
+import signal
 import threading
 import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from types import FrameType
 from typing import Any
 
 from hashring import Membership
-from kinesis.consumer import worker_health, worker_setup
-from kinesis.consumer.consumer_pool import ConsumerPool
-from kinesis.consumer.consumer_registration import deregister_on_stop
-from kinesis.consumer.health import HealthServer
-from kinesis.consumer.metrics import build_registry, render
-from kinesis.consumer.shard_manifest import shard_provider
-from kinesis.consumer.signals import stop_on_signals
-from kinesis.consumer.worker_config import (
+from kinesis.consumer.discovery.manifest import shard_provider
+from kinesis.consumer.retrieval.fanout import deregister_on_stop
+from kinesis.consumer.worker import health as worker_health
+from kinesis.consumer.worker import setup as worker_setup
+from kinesis.consumer.worker.config import (
     ProcessorFactory,
     StreamConfig,
     WorkerConfig,
     lease_key,
     parse_lease_key,
 )
-from kinesis.consumer.worker_health import WorkerStatus
+from kinesis.consumer.worker.health import HealthServer, WorkerStatus
+from kinesis.consumer.worker.metrics import build_registry, render
+from kinesis.consumer.worker.pool import ConsumerPool
 from kinesis.errors import ConfigurationError
 from kinesis.lease_loop.clock import MONOTONIC, Clock
 from kinesis.lease_loop.coordinator import LeaseCoordinator
@@ -76,17 +81,39 @@ from kinesis.lease_loop.membership import DynamoDBMembership
 from kinesis.lease_loop.session_membership import SessionMembership
 from kinesis.log_setup import setup_logging
 
-log = logging.getLogger(__name__)
+__all__ = ["ProcessorFactory", "StreamConfig", "Worker", "WorkerConfig", "WorkerStatus", "lease_key", "parse_lease_key"]
 
-__all__ = [
-    "ProcessorFactory",
-    "StreamConfig",
-    "Worker",
-    "WorkerConfig",
-    "WorkerStatus",
-    "lease_key",
-    "parse_lease_key",
-]
+
+DEFAULT_SIGNALS = (signal.SIGTERM, signal.SIGINT)
+
+
+@contextmanager
+def stop_on_signals(
+    request_stop: Callable[[], None], signals: tuple[signal.Signals, ...] = DEFAULT_SIGNALS
+) -> Iterator[bool]:
+    """Call ``request_stop`` on the given signals while inside the block; restore handlers after.
+
+    Yields False (and installs nothing) outside the main thread, where Python cannot install
+    signal handlers.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        yield False
+        return
+    previous: dict[signal.Signals, Any] = {}
+
+    def handler(signum: int, frame: FrameType | None) -> None:
+        request_stop()
+
+    for sig in signals:
+        previous[sig] = signal.signal(sig, handler)
+    try:
+        yield True
+    finally:
+        for sig, old in previous.items():
+            signal.signal(sig, old)
+
+
+log = logging.getLogger(__name__)
 
 
 class Worker:
@@ -371,4 +398,3 @@ class Worker:
 
     def __repr__(self) -> str:
         return f"Worker({self.worker_id!r}, table={self.config.table_name!r}, state={self.state})"
-

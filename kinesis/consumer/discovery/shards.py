@@ -19,7 +19,7 @@ from botocore.exceptions import ClientError
 from cachetools import TTLCache
 
 from kinesis.aws_errors import error_code
-from kinesis.consumer.throttling import call_with_retries
+from kinesis.consumer.retrieval.failures import call_with_retries
 from kinesis.errors import (
     ConfigurationError,
     KinesisAccessDeniedError,

@@ -6,10 +6,10 @@ from __future__ import annotations
 from typing import Any
 
 from hashring import Membership
-from kinesis.consumer.consumer_registration import ConsumerRegistration
-from kinesis.consumer.processor_style import check_factory, check_style
-from kinesis.consumer.shards import ShardDiscovery
-from kinesis.consumer.worker_config import ProcessorFactory, WorkerConfig, default_worker_id
+from kinesis.consumer.discovery.shards import ShardDiscovery
+from kinesis.consumer.kclpy import check_factory, check_style
+from kinesis.consumer.retrieval.fanout import ConsumerRegistration
+from kinesis.consumer.worker.config import ProcessorFactory, WorkerConfig, default_worker_id
 from kinesis.errors import ConfigurationError
 from kinesis.lease_loop.clock import Clock
 from kinesis.lease_loop.leases import LeaseTable

@@ -1,8 +1,8 @@
-"""The worker's lease listener: one :class:`~kinesis.consumer.shard_consumer.ShardConsumer` per held lease.
+"""The worker's lease listener: one :class:`~kinesis.consumer.shard.consumer.ShardConsumer` per held lease.
 
 The lease coordinator calls :class:`ConsumerPool` on its tick thread; it starts, hands off or
 stops shard consumers without blocking the tick (the hand-off and lease-lost protocol is in
-:mod:`kinesis.consumer.shard_consumer`), counts what they report, and answers the worker's
+:mod:`kinesis.consumer.shard.consumer`), counts what they report, and answers the worker's
 status and stop calls.
 """
 
@@ -14,12 +14,16 @@ from collections import Counter
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from kinesis.consumer.consumer_registration import ConsumerRegistration
-from kinesis.consumer.positions import Checkpoint
-from kinesis.consumer.retrieval import BatchReader, make_reader
-from kinesis.consumer.shard_consumer import ShardConsumer
-from kinesis.consumer.shard_status import ConsumerLeases, NoCoordinator, ShardStatus
-from kinesis.consumer.worker_config import ProcessorFactory, StreamConfig, WorkerConfig
+from kinesis.consumer.retrieval.fanout import ConsumerRegistration
+from kinesis.consumer.retrieval.positions import Checkpoint
+from kinesis.consumer.retrieval.readers import BatchReader, make_reader
+from kinesis.consumer.shard.consumer import (
+    ConsumerLeases,
+    NoCoordinator,
+    ShardConsumer,
+    ShardStatus,
+)
+from kinesis.consumer.worker.config import ProcessorFactory, StreamConfig, WorkerConfig
 from kinesis.errors import ConfigurationError
 from kinesis.lease_loop.lease_model import Lease
 
@@ -38,7 +42,7 @@ class ConsumerPool:
     ):
         self.config = config
         self.processor_style = processor_style
-        """``"auto"``, ``"sdk"`` or ``"kclpy"`` (:mod:`kinesis.consumer.processor_style`)."""
+        """``"auto"``, ``"sdk"`` or ``"kclpy"`` (:mod:`kinesis.consumer.shard.processor`)."""
         self.kinesis_client = kinesis_client
         self.registrations: Mapping[str, ConsumerRegistration] = registrations or {}
         """Enhanced Fan-Out consumers by stream key prefix (streams with retrieval="fanout")."""

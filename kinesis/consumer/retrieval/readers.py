@@ -10,11 +10,10 @@ import threading
 from collections.abc import Mapping
 from typing import Any, Protocol
 
-from kinesis.consumer.consumer_registration import ConsumerRegistration
-from kinesis.consumer.fanout_reader import FanOutReader
-from kinesis.consumer.positions import Checkpoint, Position
-from kinesis.consumer.reader import ReadResult, ShardReader
-from kinesis.consumer.worker_config import StreamConfig, WorkerConfig
+from kinesis.consumer.retrieval.fanout import ConsumerRegistration, FanOutReader
+from kinesis.consumer.retrieval.polling import ReadResult, ShardReader
+from kinesis.consumer.retrieval.positions import Checkpoint, Position
+from kinesis.consumer.worker.config import StreamConfig, WorkerConfig
 from kinesis.errors import ConfigurationError
 
 

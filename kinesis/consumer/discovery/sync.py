@@ -3,7 +3,7 @@
 Once per tick the coordinator hands over its fresh lease-table snapshot and asks which lease
 keys may be planned now. For every configured stream, :class:`ShardSync`
 
-1. lists the shards (:class:`~kinesis.consumer.shards.ShardDiscovery`: ListShards, paginated, cached for
+1. lists the shards (:class:`~kinesis.consumer.discovery.shards.ShardDiscovery`: ListShards, paginated, cached for
    ``shard_sync_interval``; a failed listing falls back to the last good one, so a ListShards
    outage never makes the fleet drop its leases);
 2. creates a lease row, with its parents recorded, for every shard that has none (parents
@@ -18,7 +18,7 @@ keys may be planned now. For every configured stream, :class:`ShardSync`
      does), which lets their open descendants start;
 
 3. returns the keys of the shards that are *ready*: not finished (``SHARD_END``) and every
-   parent finished or gone from the listing (trimmed) - :func:`~kinesis.consumer.shards.ready_shards`.
+   parent finished or gone from the listing (trimmed) - :func:`~kinesis.consumer.discovery.shards.ready_shards`.
    Rows created in this call are planned from the next tick on (they are not in the
    snapshot yet). Keys that are no longer returned (finished or trimmed shards) are released
    by the coordinator.
@@ -37,8 +37,8 @@ from typing import Any
 
 from botocore.exceptions import BotoCoreError, ClientError
 
-from kinesis.consumer.shards import Shard, ShardDiscovery, ready_shards, shard_order
-from kinesis.consumer.worker_config import StreamConfig
+from kinesis.consumer.discovery.shards import Shard, ShardDiscovery, ready_shards, shard_order
+from kinesis.consumer.worker.config import StreamConfig
 from kinesis.errors import KinesisHashRingError
 from kinesis.lease_loop.lease_model import (
     LATEST,

@@ -7,7 +7,7 @@ the same batch, minus the records already checkpointed, with exponential backoff
 checkpoint): a checkpoint made by the processor between two failures starts the count again.
 
 After ``max_attempts`` failed attempts the shard is *stuck*: visible in
-:meth:`Worker.status() <kinesis.consumer.worker.Worker.status>` (shard state ``stuck``, attempts,
+:meth:`Worker.status() <kinesis.consumer.worker.worker.Worker.status>` (shard state ``stuck``, attempts,
 error), in the ``kinesis_worker_shards_stuck`` metric and in one ERROR log line. Then:
 
 * by default the batch is retried for ever at ``max_backoff`` (nothing is ever skipped);
@@ -27,7 +27,7 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from kinesis.consumer.records import Record
+from kinesis.consumer.retrieval.records import Record
 from kinesis.errors import ConfigurationError
 
 

@@ -1,11 +1,11 @@
 """One thread per held shard lease: a reader feeding a processor.
 
-The reader is a :class:`~kinesis.consumer.reader.ShardReader` (GetRecords polling) or a
-:class:`~kinesis.consumer.fanout_reader.FanOutReader` (Enhanced Fan-Out), picked by
-``StreamConfig.retrieval`` (:mod:`kinesis.consumer.retrieval`); everything below is the same
+The reader is a :class:`~kinesis.consumer.retrieval.polling.ShardReader` (GetRecords polling) or a
+:class:`~kinesis.consumer.retrieval.fanout.FanOutReader` (Enhanced Fan-Out), picked by
+``StreamConfig.retrieval`` (:mod:`kinesis.consumer.retrieval.readers`); everything below is the same
 for both.
 
-:class:`~kinesis.consumer.consumer_pool.ConsumerPool` is the worker's
+:class:`~kinesis.consumer.worker.pool.ConsumerPool` is the worker's
 :class:`~kinesis.lease_loop.coordinator.LeaseListener`; the lease coordinator calls it (on its
 tick thread) and it starts or stops :class:`ShardConsumer` threads, never blocking the tick:
 
@@ -30,45 +30,298 @@ while another member may already hold the lease.
 
 A processor exception never skips records on its own: the consumer keeps the lease and
 retries the batch (minus what was checkpointed) with exponential backoff, per
-:class:`~kinesis.consumer.processing_failures.ProcessorRetryPolicy`; only its opt-in ``on_exhausted``
+:class:`~kinesis.consumer.shard.failures.ProcessorRetryPolicy`; only its opt-in ``on_exhausted``
 handler can skip a batch. An unexpected failure of the consumer itself (not the processor)
 releases the lease, which is then taken again from the last checkpoint. Shards without a checkpoint at ``LATEST`` are *pinned* on first acquisition: the
 checkpoint becomes ``AT_TIMESTAMP`` of that moment, so a later owner (hand-off or crash)
 continues from the same point instead of skipping what arrived in between.
 
-The parts: :mod:`~kinesis.consumer.batch_retries` (a batch the processor raised on),
-:mod:`~kinesis.consumer.read_failures` (the backoff after a failed read),
-:mod:`~kinesis.consumer.shard_start` (pinning, where a shard starts),
-:mod:`~kinesis.consumer.shard_end` (``SHARD_END``), :mod:`~kinesis.consumer.shard_status`.
+The parts: :mod:`~kinesis.consumer.shard.consumer` (a batch the processor raised on),
+:mod:`~kinesis.consumer.retrieval.failures` (the backoff after a failed read),
+:mod:`~kinesis.consumer.shard.consumer` (pinning, where a shard starts),
+:mod:`~kinesis.consumer.shard.consumer` (``SHARD_END``), :mod:`~kinesis.consumer.shard.consumer`.
+
+Delivering one batch to a processor that raises: retry it in place, with backoff.
+
+The policy (backoff, ``max_attempts``, ``on_exhausted``) is
+:class:`~kinesis.consumer.shard.failures.ProcessorRetryPolicy`; this is how a shard
+consumer follows it for one batch: count the failed attempt (again from 1 after a
+checkpoint), log it, wait, and deliver again what was not checkpointed. Once stuck, the
+policy's handler may skip the batch; a handler that raises counts as RETRY. The decisions
+(:func:`undelivered`, :func:`exhausted_action`, :func:`logs_stuck`) are pure functions.
+
+The end of a shard: the processor must checkpoint ``SHARD_END`` before the children start.
+
+At the end of a closed shard the consumer tells the processor (``shard_ended``) with a
+checkpointer on which ``checkpoint()`` records ``SHARD_END``. Only once that checkpoint is
+written may the lease be released as ended (the child shards become ready); a processor that
+did not checkpoint leaves the shard to be delivered again, with an error saying so.
+
+Where a shard consumer starts: the lease's checkpoint, pinned first if it is ``LATEST``.
+
+A shard without a checkpoint at ``LATEST`` is *pinned* on first acquisition: the checkpoint
+becomes ``AT_TIMESTAMP`` of that moment, so a later owner (hand-off or crash) continues from
+the same point instead of skipping what arrived in between. Pure: the consumer writes the
+pinned checkpoint and builds its checkpointer and processor from :class:`StartPoint`.
+
+What a shard consumer shows and what it sees of the lease coordinator.
+
+:class:`ShardStatus` is one consumer's line in :meth:`Worker.status()
+<kinesis.consumer.worker.worker.Worker.status>`; :class:`ConsumerLeases` is the part of the
+:class:`~kinesis.lease_loop.coordinator.LeaseCoordinator` a consumer calls, and
+:class:`NoCoordinator` stands in for it until the worker wires its coordinator in.
 """
 
 from __future__ import annotations
 
 import logging
 import threading
+from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
-from kinesis.consumer.batch_retries import deliver
-from kinesis.consumer.lease_checkpointer import LeaseCheckpointer
-from kinesis.consumer.processing_failures import FailureState
-from kinesis.consumer.processor import InitializationInput, RecordProcessor
-from kinesis.consumer.processor_style import adapt_processor
-from kinesis.consumer.read_failures import MAX_READ_BACKOFF, READ_ERRORS, ReadFailures
-from kinesis.consumer.retrieval import BatchReader
-from kinesis.consumer.shard_end import finish_shard
-from kinesis.consumer.shard_start import pinned_start, start_point
-from kinesis.consumer.shard_status import ConsumerLeases, ShardStatus
-from kinesis.consumer.worker_config import ProcessorFactory, StreamConfig
+from kinesis.consumer.kclpy import adapt_processor
+from kinesis.consumer.retrieval.failures import MAX_READ_BACKOFF, READ_ERRORS, ReadFailures
+from kinesis.consumer.retrieval.positions import Checkpoint, InitialPosition, Position
+from kinesis.consumer.retrieval.readers import BatchReader
+from kinesis.consumer.retrieval.records import Record
+from kinesis.consumer.shard.checkpointer import LeaseCheckpointer
+from kinesis.consumer.shard.failures import (
+    FailedBatch,
+    FailureAction,
+    FailureState,
+    ProcessorRetryPolicy,
+)
+from kinesis.consumer.shard.processor import InitializationInput, RecordProcessor
+from kinesis.consumer.worker.config import ProcessorFactory, StreamConfig
 from kinesis.errors import KinesisHashRingError, LeaseLostError
 from kinesis.lease_loop.lease_model import Lease
 
 if TYPE_CHECKING:
-    from kinesis.consumer.consumer_pool import ConsumerPool
+    from kinesis.consumer.worker.pool import ConsumerPool
 
 __all__ = ["MAX_READ_BACKOFF", "READ_ERRORS", "ConsumerLeases", "ShardConsumer", "ShardStatus"]
 
+
 log = logging.getLogger(__name__)
+"""The shard consumer's logger: these lines keep the name operators filter on."""
+
+
+class Counting(Protocol):
+    def count(self, name: str, n: int = 1) -> None: ...
+
+
+class RetryingConsumer(Protocol):
+    """The part of :class:`~kinesis.consumer.shard.consumer.ShardConsumer` a retry uses."""
+
+    key: str
+    shard_id: str
+    state: str
+    failure: FailureState
+
+    @property
+    def spec(self) -> StreamConfig: ...
+
+    @property
+    def pool(self) -> Counting: ...
+
+    def wait_to_retry(self, delay: float) -> bool: ...
+
+
+def undelivered(records: list[Record], done: Position | None) -> list[Record]:
+    """The records of a batch after the checkpoint ``done`` (all of them without one)."""
+    return records if done is None else [r for r in records if r.position > done]
+
+
+def exhausted_action(policy: ProcessorRetryPolicy, batch: FailedBatch) -> tuple[FailureAction, Exception | None]:
+    """The policy's action for a stuck batch, and the handler's error if it raised (then RETRY)."""
+    try:
+        return policy.decide(batch), None
+    except Exception as exc:
+        return FailureAction.RETRY, exc
+
+
+def logs_stuck(attempts: int, policy: ProcessorRetryPolicy) -> bool:
+    """Whether a stuck batch's attempt gets the STUCK error line (the first, then every 10th)."""
+    return attempts == policy.max_attempts or attempts % 10 == 0
+
+
+def deliver(
+    consumer: RetryingConsumer,
+    records: list[Record],
+    lag: int | None,
+    processor: RecordProcessor,
+    checkpointer: LeaseCheckpointer,
+    policy: ProcessorRetryPolicy,
+) -> bool:
+    """Deliver one batch, retrying in place with backoff while the processor raises.
+
+    Returns False if the consumer was stopped meanwhile (see :mod:`kinesis.consumer.shard.failures`).
+    """
+    base = checkpointer.last_checkpoint
+    attempts = 0
+    while True:
+        try:
+            processor.process_records(records, checkpointer, millis_behind_latest=lag)
+        except LeaseLostError:
+            raise
+        except Exception as exc:
+            if checkpointer.last_checkpoint != base:  # progress: a new (shard, checkpoint)
+                base, attempts = checkpointer.last_checkpoint, 0
+            attempts += 1
+            consumer.pool.count("processor_errors")
+            if not after_failure(consumer, records, exc, attempts, policy):
+                return True  # skipped by the policy's handler
+            if not consumer.wait_to_retry(policy.backoff(attempts)):
+                return False
+            records = undelivered(records, checkpointer.last_checkpoint)
+            if not records:
+                break
+            continue
+        break
+    if consumer.failure.attempts:
+        log.info("%s: batch processed after %d failed attempts", consumer.key, consumer.failure.attempts)
+    consumer.failure = FailureState()
+    consumer.state = "processing"
+    return True
+
+
+def after_failure(
+    consumer: RetryingConsumer, records: list[Record], exc: Exception, attempts: int, policy: ProcessorRetryPolicy
+) -> bool:
+    """Log, count and record one failed attempt; False if the batch is to be skipped."""
+    key = consumer.key
+    summary = f"{type(exc).__name__}: {exc}"
+    where = f"records {records[0].sequence_number}..{records[-1].sequence_number}"
+    stuck = attempts >= policy.max_attempts
+    consumer.failure = FailureState(attempts, summary, stuck)
+    consumer.state = "stuck" if stuck else "retrying"
+    if attempts == 1:
+        log.warning("%s: processor raised on %s (attempt 1, retrying in %.1f s): %s",
+                    key, where, policy.backoff(1), summary, exc_info=True)
+    elif not stuck:
+        log.warning("%s: processor raised on %s (attempt %d, retrying in %.1f s): %s",
+                    key, where, attempts, policy.backoff(attempts), summary)
+    if not stuck:
+        return True
+    batch = FailedBatch(key, consumer.spec.stream, consumer.shard_id, tuple(records), attempts, exc)
+    action, handler_exc = exhausted_action(policy, batch)
+    if handler_exc is not None:
+        log.error("%s: on_exhausted raised %s: %s (the batch is retried)",
+                  key, type(handler_exc).__name__, handler_exc)
+    if action is FailureAction.SKIP:
+        log.warning("%s: %s skipped by on_exhausted after %d attempts: %s", key, where, attempts, summary)
+        consumer.pool.count("batches_skipped")
+        consumer.pool.count("records_skipped", len(records))
+        consumer.failure = FailureState()
+        return False
+    if logs_stuck(attempts, policy):
+        log.error("%s: STUCK on %s after %d attempts, retrying every %.0f s: %s",
+                  key, where, attempts, policy.max_backoff, summary)
+    return True
+
+
+"""The shard consumer's logger: this line keeps the name operators filter on."""
+
+
+def finish_shard(key: str, processor: RecordProcessor, checkpointer: LeaseCheckpointer) -> bool:
+    """Tell the processor the shard ended; True if it checkpointed ``SHARD_END``."""
+    checkpointer.mark_shard_end()
+    processor.shard_ended(checkpointer)
+    if checkpointer.shard_end_checkpointed:
+        return True
+    log.error(
+        "%s: shard_ended() did not checkpoint; the shard will be delivered again "
+        "and its children cannot start. Call checkpointer.checkpoint() in shard_ended.",
+        key,
+    )
+    return False
+
+
+def pinned_start(checkpoint: Checkpoint, now: datetime) -> Checkpoint | None:
+    """The ``AT_TIMESTAMP`` checkpoint to write before reading from ``LATEST`` (None otherwise)."""
+    return Checkpoint.at_timestamp(now) if checkpoint.sequence_number == "LATEST" else None
+
+
+@dataclass(frozen=True)
+class StartPoint:
+    """What the processor's ``initialize`` and the lease checkpointer are told."""
+
+    last: Position | None
+    """The last checkpointed record (the reader starts just after it), or None."""
+    pending: Position | None
+    """A prepared checkpoint still ahead of :attr:`last`, or None."""
+    initial: InitialPosition
+    """The lease's initial position, or the stream's when it has a record checkpoint."""
+
+
+def start_point(checkpoint: Checkpoint, pending: Checkpoint | None, stream_start: InitialPosition) -> StartPoint:
+    """The start of a shard whose lease holds ``checkpoint`` (already pinned) and ``pending``."""
+    return StartPoint(
+        last=checkpoint if isinstance(checkpoint, Position) else None,
+        pending=pending_position(pending, checkpoint),
+        initial=checkpoint if isinstance(checkpoint, InitialPosition) else stream_start,
+    )
+
+
+def pending_position(pending: Checkpoint | None, checkpoint: Checkpoint) -> Position | None:
+    """The lease's pending checkpoint, if it is still ahead of the checkpoint (a member of an
+    older release may have checkpointed past it without clearing it)."""
+    if not isinstance(pending, Position) or not checkpoint < pending:
+        return None
+    return pending
+
+
+class ConsumerLeases(Protocol):
+    """The part of :class:`~kinesis.lease_loop.coordinator.LeaseCoordinator` a consumer uses."""
+
+    def holds(self, key: str) -> bool: ...
+
+    def lease(self, key: str) -> Lease | None: ...
+
+    def checkpoint(self, key: str, checkpoint: Checkpoint | str | object) -> Lease: ...
+
+    def prepare_checkpoint(self, key: str, checkpoint: Checkpoint | str | object) -> Lease: ...
+
+    def release(self, key: str) -> bool: ...
+
+
+@dataclass(frozen=True)
+class ShardStatus:
+    """What one shard consumer is doing (part of :meth:`Worker.status`)."""
+
+    key: str
+    application: str
+    stream: str
+    shard_id: str
+    state: str
+    """starting, processing, retrying, stuck, shutting-down, ended, lost, failed or stopped."""
+    records_processed: int
+    batches: int
+    millis_behind_latest: int | None
+    last_checkpoint: str | None
+    failed_attempts: int = 0
+    """Failed attempts at the current batch (0 while it goes well)."""
+    last_error: str | None = None
+
+
+class NoCoordinator:
+    """Placeholder until the worker wires its coordinator in."""
+
+    def holds(self, key: str) -> bool:
+        return False
+
+    def lease(self, key: str) -> Lease | None:
+        return None
+
+    def checkpoint(self, key: str, checkpoint: Checkpoint | str | object) -> Lease:
+        raise LeaseLostError("the worker has no lease coordinator yet")
+
+    def prepare_checkpoint(self, key: str, checkpoint: Checkpoint | str | object) -> Lease:
+        raise LeaseLostError("the worker has no lease coordinator yet")
+
+    def release(self, key: str) -> bool:
+        return False
 
 
 class ShardConsumer:

@@ -1,4 +1,4 @@
-"""What a :class:`~kinesis.consumer.worker.Worker` consumes and how: ``StreamConfig`` and ``WorkerConfig``.
+"""What a :class:`~kinesis.consumer.worker.worker.Worker` consumes and how: ``StreamConfig`` and ``WorkerConfig``.
 
 Both validate everything when they are built, so a typo fails at start-up with a named
 :class:`~kinesis.errors.ConfigurationError` (a ``ValueError``), never at the first tick.
@@ -21,10 +21,10 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from kinesis.consumer.kclpy_adapter import KclpyRecordProcessor
-from kinesis.consumer.positions import InitialPosition
-from kinesis.consumer.processing_failures import ProcessorRetryPolicy
-from kinesis.consumer.processor import RecordProcessor
+from kinesis.consumer.kclpy import KclpyRecordProcessor
+from kinesis.consumer.retrieval.positions import InitialPosition
+from kinesis.consumer.shard.failures import ProcessorRetryPolicy
+from kinesis.consumer.shard.processor import RecordProcessor
 from kinesis.durations import check_seconds
 from kinesis.errors import ConfigurationError
 from kinesis.lease_loop.lease_timing import LeaseTiming
@@ -32,7 +32,7 @@ from kinesis.lease_loop.lease_timing import LeaseTiming
 ProcessorFactory = Callable[[], RecordProcessor | KclpyRecordProcessor]
 """Builds one fresh processor per shard lease (called on every acquisition): a
 :class:`RecordProcessor`, or an amazon-kclpy v3 processor (see
-:mod:`kinesis.consumer.processor_style`)."""
+:mod:`kinesis.consumer.shard.processor`)."""
 
 _STREAM_NAME = re.compile(r"[a-zA-Z0-9_.-]{1,128}")
 _TABLE_NAME = re.compile(r"[a-zA-Z0-9_.-]{3,255}")
@@ -197,7 +197,7 @@ def _positive_int(name: str, value: object, *, lo: int = 1, hi: int | None = Non
 
 @dataclass(frozen=True)
 class WorkerConfig:
-    """Everything a :class:`~kinesis.consumer.worker.Worker` needs besides clients and processors.
+    """Everything a :class:`~kinesis.consumer.worker.worker.Worker` needs besides clients and processors.
 
     Lease timing (see :class:`~kinesis.lease_loop.coordinator.LeaseCoordinator`): ``lease_duration``
     (a lease not renewed for that long, on the observer's clock, is expired), ``tick_interval``
@@ -227,7 +227,7 @@ class WorkerConfig:
     scan in steady state, ``docs/fleet-scale.md``) and leaves shard discovery to one member per
     stream, which publishes a shard manifest that the others poll every
     ``manifest_poll_interval`` (default ``shard_sync_interval / 2``;
-    :mod:`kinesis.consumer.shard_manifest`); it needs a membership outside the lease table
+    :mod:`kinesis.consumer.discovery.manifest`); it needs a membership outside the lease table
     (the default :class:`~kinesis.lease_loop.session_membership.SessionMembership`, whose
     member list its members keep in the table without a scan, ``KubernetesMembership``,
     ``StaticMembership``). ``reads="scan"`` scans the lease table every round (with a
@@ -237,7 +237,7 @@ class WorkerConfig:
     ``lease_duration / 2``): how often a member reads the session rows of the members it
     watches; shorter takes a crashed member that is still listed over sooner, for more reads.
 
-    Processor failures: ``processor_retry`` (:class:`~kinesis.consumer.processing_failures.ProcessorRetryPolicy`):
+    Processor failures: ``processor_retry`` (:class:`~kinesis.consumer.shard.failures.ProcessorRetryPolicy`):
     a batch the processor raised on is retried in place with exponential backoff; after
     ``max_attempts`` the shard is reported stuck and retried at ``max_backoff`` unless its
     ``on_exhausted`` handler skips (e.g. dead-letters) the batch.
@@ -391,7 +391,7 @@ class WorkerConfig:
 
     def coordinator_kwargs(self, reads: str) -> dict[str, Any]:
         """The :class:`~kinesis.lease_loop.coordinator.LeaseCoordinator` keyword arguments, with
-        ``reads`` resolved against the membership (:func:`~kinesis.consumer.worker_setup.resolve_reads`)."""
+        ``reads`` resolved against the membership (:func:`~kinesis.consumer.worker.setup.resolve_reads`)."""
         if reads == "scan" and self.backup_check_interval is not None:
             raise ConfigurationError(
                 "backup_check_interval only applies to scoped reads, and reads resolve to 'scan' "

@@ -22,10 +22,15 @@ from typing import Any, Protocol
 from botocore.exceptions import ClientError
 
 from kinesis.aws_errors import error_code
-from kinesis.consumer.positions import Checkpoint, InitialPosition, Position, iterator_args
-from kinesis.consumer.records import Record, records_from_response
-from kinesis.consumer.shards import named_client_error
-from kinesis.consumer.throttling import ShutdownRequested, call_with_retries, is_retryable
+from kinesis.consumer.discovery.shards import named_client_error
+from kinesis.consumer.retrieval.failures import ShutdownRequested, call_with_retries, is_retryable
+from kinesis.consumer.retrieval.positions import (
+    Checkpoint,
+    InitialPosition,
+    Position,
+    iterator_args,
+)
+from kinesis.consumer.retrieval.records import Record, records_from_response
 from kinesis.durations import check_seconds
 from kinesis.errors import (
     ConfigurationError,
