@@ -49,11 +49,11 @@ from hashring import StaticMembership  # noqa: E402
 from kinesis.consumer.discovery.manifest import ShardManifestSync  # noqa: E402
 from kinesis.consumer.discovery.shards import ShardDiscovery  # noqa: E402
 from kinesis.consumer.worker.config import StreamConfig  # noqa: E402
-from kinesis.lease_loop.clock import FakeClock  # noqa: E402
 from kinesis.lease_loop.coordinator import LeaseCoordinator  # noqa: E402
-from kinesis.lease_loop.lease_model import SESSION_PREFIX  # noqa: E402
-from kinesis.lease_loop.leases import LeaseTable  # noqa: E402
-from kinesis.lease_loop.session_membership import SessionMembership  # noqa: E402
+from kinesis.lease_loop.membership import SessionMembership  # noqa: E402
+from kinesis.lease_loop.table.leases import LeaseTable  # noqa: E402
+from kinesis.lease_loop.table.model import SESSION_PREFIX  # noqa: E402
+from kinesis.lease_loop.timing import FakeClock  # noqa: E402
 from kinesis.testing import LocalAWS  # noqa: E402
 
 RESULTS = ROOT / "benchmarks" / "results" / "lease_cost.json"
@@ -322,7 +322,7 @@ def model_scoped(k: int, n: int, s: Sizes = Sizes(), lease: float = D, *,
     renew_wcu = n / tick * _wcu(s.session_row)
     batch = n * (1 if watched or session_list else 0) / check
     rcu = n * (watched * per_item + (head_item if session_list else 0.0)) / check
-    rechecks = n / recheck if recheck else 0.0  # kinesis.lease_loop.published_plan: the backstop head read
+    rechecks = n / recheck if recheck else 0.0  # kinesis.lease_loop.plan: the backstop head read
     batch, rcu = batch + rechecks, rcu + 0.5 * rechecks
     if sweep is None:
         return Cost(batch, rcu, renew, renew_wcu, 0.0)

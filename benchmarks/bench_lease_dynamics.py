@@ -59,7 +59,7 @@ if str(ROOT) not in sys.path:
 from benchmarks.moto_process import MotoProcess  # noqa: E402
 from benchmarks.report import write_json  # noqa: E402
 from examples.demo_fleet import Fleet, Producer, audit, processed_keys, read_ledgers  # noqa: E402
-from kinesis.lease_loop.leases import LeaseTable  # noqa: E402
+from kinesis.lease_loop.table.leases import LeaseTable  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parent / "results"
 console = Console()

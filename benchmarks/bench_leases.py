@@ -56,11 +56,11 @@ if str(ROOT) not in sys.path:
 from benchmarks.report import write_json  # noqa: E402
 from hashring import StaticMembership  # noqa: E402
 from kinesis.errors import LeaseLostError  # noqa: E402
-from kinesis.lease_loop.clock import FakeClock  # noqa: E402
 from kinesis.lease_loop.coordinator import LeaseCoordinator  # noqa: E402
-from kinesis.lease_loop.lease_model import Lease  # noqa: E402
-from kinesis.lease_loop.leases import LeaseTable  # noqa: E402
 from kinesis.lease_loop.membership import DynamoDBMembership  # noqa: E402
+from kinesis.lease_loop.table.leases import LeaseTable  # noqa: E402
+from kinesis.lease_loop.table.model import Lease  # noqa: E402
+from kinesis.lease_loop.timing import FakeClock  # noqa: E402
 from kinesis.testing import LocalAWS  # noqa: E402
 
 D = 10.0  # lease duration / KCL failover time (s)

@@ -27,11 +27,11 @@ if str(ROOT) not in sys.path:
 
 from benchmarks.report import write_json  # noqa: E402
 from hashring import StaticMembership, chore_owners  # noqa: E402
-from kinesis.lease_loop.clock import FakeClock  # noqa: E402
 from kinesis.lease_loop.coordinator import LeaseCoordinator  # noqa: E402
-from kinesis.lease_loop.lease_model import Lease, SessionRow, TableSnapshot  # noqa: E402
-from kinesis.lease_loop.leases import LeaseTable  # noqa: E402
-from kinesis.lease_loop.published_plan import PLAN_CHORE  # noqa: E402
+from kinesis.lease_loop.plan import PLAN_CHORE  # noqa: E402
+from kinesis.lease_loop.table.leases import LeaseTable  # noqa: E402
+from kinesis.lease_loop.table.model import Lease, SessionRow, TableSnapshot  # noqa: E402
+from kinesis.lease_loop.timing import FakeClock  # noqa: E402
 
 RESULTS = ROOT / "benchmarks" / "results" / "round_cpu.json"
 

@@ -43,9 +43,9 @@ if str(ROOT) not in sys.path:
 
 from benchmarks.report import write_json  # noqa: E402
 from hashring import stable_assignment  # noqa: E402
-from kinesis.lease_loop.leases import LeaseTable  # noqa: E402
-from kinesis.lease_loop.manifest_store import CHUNK_BYTES  # noqa: E402
-from kinesis.lease_loop.published_plan import PublishedPlan, decode, encode  # noqa: E402
+from kinesis.lease_loop.plan import PublishedPlan, decode, encode  # noqa: E402
+from kinesis.lease_loop.table.leases import LeaseTable  # noqa: E402
+from kinesis.lease_loop.table.manifests import CHUNK_BYTES  # noqa: E402
 from kinesis.testing import LocalAWS  # noqa: E402
 from tests.coordinator_fleet import Fleet  # noqa: E402
 

@@ -25,7 +25,7 @@ K/N = 1000).
 
 The scoped lease loop therefore uses this function only until a plan has been published:
 then every member plans with :func:`hashring.plan_assignment` from the last published plan
-(``kinesis/lease_loop/published_plan.py``), which moves exactly the optimum.
+(``kinesis/lease_loop/plan.py``), which moves exactly the optimum.
 """
 
 from __future__ import annotations

@@ -52,8 +52,7 @@ from kinesis.errors import (
     StreamNotActiveError,
     StreamNotFoundError,
 )
-from kinesis.lease_loop.membership import DynamoDBMembership
-from kinesis.lease_loop.session_membership import SessionMembership
+from kinesis.lease_loop.membership import DynamoDBMembership, SessionMembership
 from kinesis.log_setup import setup_logging
 
 __all__ = [

@@ -14,7 +14,7 @@ import boto3
 from botocore.config import Config
 
 from kinesis.errors import ConfigurationError
-from kinesis.lease_loop.clock import FakeClock as FakeClock  # the test clock, public here
+from kinesis.lease_loop.timing import FakeClock as FakeClock
 
 DEFAULT_REGION = "us-east-1"
 FAKE_CREDENTIALS = {"aws_access_key_id": "testing", "aws_secret_access_key": "testing"}

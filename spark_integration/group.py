@@ -31,8 +31,8 @@ from kinesis.consumer.discovery.shards import ShardDiscovery, ready_shards
 from kinesis.consumer.retrieval.positions import LATEST, Position
 from kinesis.errors import CheckpointRegressionError, KinesisHashRingError, LeaseLostError
 from kinesis.lease_loop.coordinator import Completion, LeaseCoordinator
-from kinesis.lease_loop.lease_model import SHARD_END, Checkpoint, Lease, TableSnapshot
-from kinesis.lease_loop.leases import LeaseTable
+from kinesis.lease_loop.table.leases import LeaseTable
+from kinesis.lease_loop.table.model import SHARD_END, Checkpoint, Lease, TableSnapshot
 from spark_integration.clients import client
 from spark_integration.membership import (
     build_membership,

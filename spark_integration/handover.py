@@ -17,7 +17,7 @@ from __future__ import annotations
 import time
 from collections.abc import Mapping
 
-from kinesis.lease_loop.leases import LeaseTable
+from kinesis.lease_loop.table.leases import LeaseTable
 from spark_integration.clients import client
 from spark_integration.errors import InvalidOptionError
 from spark_integration.options import parse_options

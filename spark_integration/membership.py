@@ -20,7 +20,7 @@ import logging
 from hashring import Membership, StaticMembership
 from hashring.errors import ConfigurationError, MembershipError
 from hashring.membership.kubernetes import KubernetesMembership
-from kinesis.lease_loop.leases import LeaseTable
+from kinesis.lease_loop.table.leases import LeaseTable
 from spark_integration.options import GroupOptions
 
 log = logging.getLogger(__name__)

@@ -14,10 +14,10 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from hashring import StaticMembership
-from kinesis.lease_loop.clock import FakeClock
 from kinesis.lease_loop.coordinator import Completion, LeaseCoordinator
-from kinesis.lease_loop.lease_model import Lease
-from kinesis.lease_loop.leases import LeaseTable
+from kinesis.lease_loop.table.leases import LeaseTable
+from kinesis.lease_loop.table.model import Lease
+from kinesis.lease_loop.timing import FakeClock
 from kinesis.testing import LocalAWS
 
 _clients: dict[tuple[str, str], Any] = {}

@@ -9,7 +9,7 @@ from kinesis import aws_errors
 from kinesis.consumer.retrieval import failures as throttling
 from kinesis.consumer.retrieval import fanout as fanout_reader
 from kinesis.consumer.retrieval import polling as reader
-from kinesis.lease_loop import table_calls
+from kinesis.lease_loop.table import calls as table_calls
 
 
 def client_error(code: str, status: int = 400) -> ClientError:

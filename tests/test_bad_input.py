@@ -52,8 +52,8 @@ from kinesis.consumer.retrieval.polling import read_range
 from kinesis.consumer.retrieval.positions import InitialPosition
 from kinesis.consumer.retrieval.records import MAGIC, aggregate
 from kinesis.lease_loop.coordinator import LeaseCoordinator
-from kinesis.lease_loop.lease_model import TRIM_HORIZON, Lease, lease_to_item
-from kinesis.lease_loop.leases import LeaseTable
+from kinesis.lease_loop.table.leases import LeaseTable
+from kinesis.lease_loop.table.model import TRIM_HORIZON, Lease, lease_to_item
 from kinesis.testing import LocalAWS, client_for
 from spark_integration.errors import InvalidOptionError
 from spark_integration.options import parse_options
@@ -276,7 +276,7 @@ def corrupt_run(_moto_server: LocalAWS) -> CorruptRun:
             messages.append(record.getMessage())
 
     handler = Collect(level=logging.ERROR)
-    leases_log = logging.getLogger("kinesis.lease_loop.leases")
+    leases_log = logging.getLogger("kinesis.lease_loop.table")
     leases_log.addHandler(handler)
     journal = Journal()
     worker = build_worker(aws, lambda: JournalProcessor(journal, "w1"))
@@ -459,7 +459,7 @@ def test_k8s_malformed_pod_is_skipped_logged_and_counted(fake_k8s: FakeKubernete
     clock = FakeClock()
     member = k8s_member(fake_k8s, pods[0], clock=clock)
     ring = HashRing(member)
-    with caplog.at_level(logging.WARNING, logger="hashring.membership.kubernetes"):
+    with caplog.at_level(logging.WARNING, logger="hashring.membership"):
         assert member.members() == tuple(sorted(pods)), "the well-formed pods are still the members"
         for _ in range(3):
             clock.advance(10)

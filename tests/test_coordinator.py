@@ -15,10 +15,10 @@ import pytest
 from hashring import StaticMembership, plan_assignment
 from hashring.errors import MembershipError
 from kinesis.errors import CheckpointRegressionError, ConfigurationError, LeaseLostError
-from kinesis.lease_loop.clock import FakeClock
 from kinesis.lease_loop.coordinator import COUNTER_NAMES, LeaseCoordinator, NullListener
-from kinesis.lease_loop.lease_model import SHARD_END, Checkpoint, Lease, TableSnapshot
-from kinesis.lease_loop.leases import LeaseTable
+from kinesis.lease_loop.table.leases import LeaseTable
+from kinesis.lease_loop.table.model import SHARD_END, Checkpoint, Lease, TableSnapshot
+from kinesis.lease_loop.timing import FakeClock
 from kinesis.testing import LocalAWS
 from tests.coordinator_fleet import Fleet, shared_client
 

@@ -15,10 +15,10 @@ from typing import Any
 import pytest
 
 from hashring import StaticMembership
-from kinesis.lease_loop.clock import FakeClock
 from kinesis.lease_loop.coordinator import LeaseCoordinator
-from kinesis.lease_loop.lease_model import Lease, TableSnapshot
-from kinesis.lease_loop.leases import LeaseTable
+from kinesis.lease_loop.table.leases import LeaseTable
+from kinesis.lease_loop.table.model import Lease, TableSnapshot
+from kinesis.lease_loop.timing import FakeClock
 from kinesis.testing import LocalAWS
 from tests.coordinator_fleet import Fleet, shared_client
 from tests.support.waiting import eventually

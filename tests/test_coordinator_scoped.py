@@ -16,8 +16,8 @@ import pytest
 from hashring import StaticMembership, stable_assignment
 from kinesis.errors import ConfigurationError
 from kinesis.lease_loop.coordinator import LeaseCoordinator
-from kinesis.lease_loop.leases import LeaseTable
 from kinesis.lease_loop.membership import DynamoDBMembership
+from kinesis.lease_loop.table.leases import LeaseTable
 from kinesis.testing import LocalAWS
 from tests.coordinator_fleet import Fleet
 

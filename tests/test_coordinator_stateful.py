@@ -32,8 +32,8 @@ from hypothesis.stateful import (
 )
 
 from kinesis.errors import LeaseLostError
-from kinesis.lease_loop.lease_model import Checkpoint
-from kinesis.lease_loop.leases import LeaseTable
+from kinesis.lease_loop.table.leases import LeaseTable
+from kinesis.lease_loop.table.model import Checkpoint
 from kinesis.testing import LocalAWS
 from tests.coordinator_fleet import Fleet, shared_client
 

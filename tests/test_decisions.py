@@ -11,10 +11,9 @@ import pytest
 
 from hashring import Assignment, chore_owners
 from kinesis.lease_loop import decisions
-from kinesis.lease_loop.clock import FakeClock
 from kinesis.lease_loop.decisions import Offer, Seen, SessionSeen, Snapshot, Suspicions, Take
-from kinesis.lease_loop.lease_model import Lease, LeaseState, SessionCheck
-from kinesis.lease_loop.lease_timing import LeaseTiming
+from kinesis.lease_loop.table.model import Lease, LeaseState, SessionCheck
+from kinesis.lease_loop.timing import FakeClock, LeaseTiming
 
 # lease 9 s, tick 3 s, adopt 3 s (a tick), backup grace 9 s, orphan 9 + 3 * 9 = 36 s, hand-off 9 s
 TIMING = LeaseTiming.of(9.0, tick_interval=3.0, replicas=2)

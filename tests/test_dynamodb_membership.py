@@ -10,11 +10,11 @@ import pytest
 
 from hashring import HashRing, Membership, owners_of
 from kinesis.errors import ConfigurationError, DuplicateMemberIdError, InvalidLeaseKeyError
-from kinesis.lease_loop.clock import FakeClock
 from kinesis.lease_loop.coordinator import LeaseCoordinator
-from kinesis.lease_loop.lease_model import MEMBER_PREFIX
-from kinesis.lease_loop.leases import LeaseTable
 from kinesis.lease_loop.membership import HEARTBEAT_CHORE, DynamoDBMembership
+from kinesis.lease_loop.table.leases import LeaseTable
+from kinesis.lease_loop.table.model import MEMBER_PREFIX
+from kinesis.lease_loop.timing import FakeClock
 from kinesis.testing import LocalAWS
 from tests.coordinator_fleet import shared_client
 

@@ -29,7 +29,7 @@ from kinesis import (
     WorkerConfig,
 )
 from kinesis.consumer.retrieval.fanout import ConsumerRegistration, FanOutReader
-from kinesis.lease_loop.leases import LeaseTable
+from kinesis.lease_loop.table.leases import LeaseTable
 from kinesis.testing import LocalAWS, client_for
 from tests.support import eventstream
 from tests.support.fanout_endpoint import FanOutEndpoint, fanout_endpoint

@@ -172,7 +172,7 @@ def test_malformed_slices_are_skipped_and_logged_once(
                                       "conditions": {"serving": "yes"}},
                                      {"targetRef": {"kind": "Pod", "name": "orders-fine"},
                                       "conditions": {"serving": True, "terminating": False}}]})
-    caplog.set_level(logging.WARNING, logger="hashring.membership.kubernetes")
+    caplog.set_level(logging.WARNING, logger="hashring.membership")
     m = make(pods[0])
     assert m.members() == tuple(sorted([*pods, "orders-fine"]))
     for _ in range(3):
@@ -305,7 +305,7 @@ def test_watch_survives_malformed_events(fake_k8s: FakeKubernetes,
     m = make(pods[0], watch=True, ttl=1.0)
     assert m.members() == tuple(sorted(pods))
     eventually(lambda: fake_k8s.open_watches == 1, what="the slice watch")
-    caplog.set_level(logging.WARNING, logger="hashring.membership.kubernetes")
+    caplog.set_level(logging.WARNING, logger="hashring.membership")
     labels = {"kubernetes.io/service-name": "orders"}
     fake_k8s.put_endpoint_slice({"metadata": {"labels": labels}, "endpoints": []})  # no name
     fake_k8s.put_endpoint_slice({"metadata": {"name": "orders-odd", "labels": labels},
@@ -348,7 +348,7 @@ def test_watch_sees_the_service_go_and_warns_once(
     m = make(pods[0], watch=True, ttl=1.0)
     assert m.members() == tuple(sorted(pods))
     eventually(lambda: fake_k8s.open_watches == 1, what="the slice watch")
-    caplog.set_level(logging.WARNING, logger="hashring.membership.kubernetes")
+    caplog.set_level(logging.WARNING, logger="hashring.membership")
     fake_k8s.delete_service("orders")
     eventually(lambda: m.members() == (), what="no members without slices")
     assert HashRing(m).ready is False, "this pod is not listed: it takes nothing"

@@ -334,7 +334,7 @@ def test_short_outage_serves_stale_and_logs_transitions_once(
     good = m.members()
     v = m.version
     owned = [ring.can_acquire_lease("c", f"s{i}") for i in range(30)]
-    caplog.set_level(logging.INFO, logger="hashring.membership.kubernetes")
+    caplog.set_level(logging.INFO, logger="hashring.membership")
     fake_k8s.fail(503)
     fake_k8s.terminate(pods[1])  # a change the stale view cannot see
     steps = int((STALE - TTL) / TTL)
@@ -365,7 +365,7 @@ def test_long_outage_raises_after_max_staleness_then_recovers(
     m = make(pods[0], retries=1)
     ring = HashRing(m)
     assert ring.ready
-    caplog.set_level(logging.INFO, logger="hashring.membership.kubernetes")
+    caplog.set_level(logging.INFO, logger="hashring.membership")
     fake_k8s.fail(503)
     clock.advance(STALE)
     assert m.members() == tuple(sorted(pods)), "exactly max_staleness old: still served"

@@ -106,7 +106,7 @@ def test_expired_continue_token_lists_again_from_scratch(
     pods = fake_k8s.add_deployment("orders", replicas=25)
     fake_k8s.fail(410, times=1, verb="list", query_has="continue")
     m = make(pods[0], page_size=10)
-    caplog.set_level("INFO", logger="hashring.membership.kubernetes")
+    caplog.set_level("INFO", logger="hashring.membership")
     assert m.members() == tuple(sorted(pods))
     seen = [("continue" in r.query, r.status) for r in fake_k8s.matching("list", "pods")]
     assert seen == [(False, 200), (True, 410), (False, 200), (True, 200), (True, 200)]

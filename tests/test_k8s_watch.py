@@ -84,7 +84,7 @@ def test_watch_follows_events_without_polling(fake_k8s: FakeKubernetes,
 def test_watch_relists_after_410_gone(fake_k8s: FakeKubernetes,
                                       make: Callable[..., KubernetesMembership],
                                       caplog: pytest.LogCaptureFixture) -> None:
-    caplog.set_level(logging.INFO, logger="hashring.membership.kubernetes")
+    caplog.set_level(logging.INFO, logger="hashring.membership")
     pods = fake_k8s.add_deployment("orders", replicas=3)
     m = make(pods[0], ttl=0.2, max_staleness=30.0)
     assert m.members() == tuple(sorted(pods))

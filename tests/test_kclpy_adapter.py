@@ -43,7 +43,7 @@ from kinesis.consumer.retrieval.records import Record
 from kinesis.consumer.shard.checkpointer import LeaseCheckpointer
 from kinesis.consumer.shard.processor import InMemoryCheckpointer
 from kinesis.errors import CorruptLeaseError, LeaseTableUnavailableError
-from kinesis.lease_loop.lease_model import Checkpoint, Lease
+from kinesis.lease_loop.table.model import Checkpoint, Lease
 
 # --- processors of every shape -----------------------------------------------------------
 

@@ -27,8 +27,8 @@ from examples.demo_fleet import (
     read_ledgers,
     takeovers_and_handoffs,
 )
-from kinesis.lease_loop.lease_model import SHARD_END, Checkpoint
-from kinesis.lease_loop.leases import LeaseTable
+from kinesis.lease_loop.table.leases import LeaseTable
+from kinesis.lease_loop.table.model import SHARD_END, Checkpoint
 from kinesis.testing import LocalAWS
 from tests.support.kclpy_member import read_events
 

@@ -10,8 +10,8 @@ from hashring import StaticMembership
 from kinesis import StreamConfig, WorkerConfig
 from kinesis.errors import ConfigurationError
 from kinesis.lease_loop.coordinator import LeaseCoordinator
-from kinesis.lease_loop.lease_timing import LeaseTiming
-from kinesis.lease_loop.leases import LeaseTable
+from kinesis.lease_loop.table.leases import LeaseTable
+from kinesis.lease_loop.timing import LeaseTiming
 
 
 def test_defaults_follow_the_lease_duration() -> None:

@@ -32,15 +32,15 @@ from kinesis.errors import (
     LeaseTableSchemaError,
     LeaseTableUnavailableError,
 )
-from kinesis.lease_loop.clock import FakeClock
-from kinesis.lease_loop.lease_model import (
+from kinesis.lease_loop.table.leases import LeaseTable
+from kinesis.lease_loop.table.model import (
     LATEST,
     SHARD_END,
     TRIM_HORIZON,
     Checkpoint,
     LeaseState,
 )
-from kinesis.lease_loop.leases import LeaseTable
+from kinesis.lease_loop.timing import FakeClock
 from kinesis.testing import LocalAWS
 from tests.coordinator_fleet import shared_client
 

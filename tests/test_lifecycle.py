@@ -11,14 +11,11 @@ import pytest
 
 from hashring import StaticMembership
 from kinesis.errors import ConfigurationError
-from kinesis.lease_loop.clock import FakeClock
-from kinesis.lease_loop.holder import LeaseHolder
-from kinesis.lease_loop.lease_model import Lease
-from kinesis.lease_loop.lease_timing import LeaseTiming
-from kinesis.lease_loop.leases import LeaseTable
-from kinesis.lease_loop.lifecycle import Lifecycle
-from kinesis.lease_loop.round_loop import RoundLoop, Rounds
-from kinesis.lease_loop.write_pool import WritePool
+from kinesis.lease_loop.coordinator import Lifecycle, RoundLoop, Rounds
+from kinesis.lease_loop.holder import LeaseHolder, WritePool
+from kinesis.lease_loop.table.leases import LeaseTable
+from kinesis.lease_loop.table.model import Lease
+from kinesis.lease_loop.timing import FakeClock, LeaseTiming
 
 
 class Leaving(StaticMembership):
@@ -86,7 +83,7 @@ def test_a_graceful_stop_leaves_hands_off_on_this_thread_and_only_the_first_call
 def test_a_crash_stops_renewing_and_leaves_the_leases_to_expire(caplog: pytest.LogCaptureFixture) -> None:
     p = parts()
     p.holder.add("k1", Lease("k1", "a", 4), 0.0)
-    with caplog.at_level(logging.INFO, logger="kinesis.lease_loop.coordinator"):
+    with caplog.at_level(logging.INFO, logger="kinesis.lease_loop"):
         assert p.life.stop(False, 5.0) is False
     assert not p.holder.holding() and not p.holder.stopping
     assert p.membership.left == 0 and p.rounds == []  # no leave, no hand-off round

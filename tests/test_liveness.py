@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from kinesis.lease_loop.leases import LeaseTable
+from kinesis.lease_loop.table.leases import LeaseTable
 from tests.coordinator_fleet import Fleet
 from tests.support.memory_dynamodb import Fault, MemoryDynamoDB
 
@@ -148,7 +148,7 @@ def test_a_corrupt_plan_head_is_replaced_without_any_change_of_the_member_list()
     # a head corrupted in steady state stayed unreadable that long (fleetsim seed 900142, fast:
     # corrupt at t=19, still unreadable at the end, t=66). The last publisher now reads its head
     # every OWNER_RECHECK_TICKS ticks and replaces an unreadable one
-    from kinesis.lease_loop.published_plan import OWNER_RECHECK_TICKS
+    from kinesis.lease_loop.plan import OWNER_RECHECK_TICKS
 
     memory = MemoryDynamoDB()
     fleet = Fleet(memory_table(memory), KEYS, ["a", "b", "c"], reads="scoped")
@@ -177,7 +177,7 @@ def test_a_plan_head_rebuilt_by_a_new_process_is_followed_by_members_with_a_newe
     # member the new version on its session row (a peer's older version also makes a member
     # read the head): the fleet plans from one baseline again within a couple of ticks.
     from hashring import chore_owners
-    from kinesis.lease_loop.published_plan import PLAN_CHORE
+    from kinesis.lease_loop.plan import PLAN_CHORE
 
     memory = MemoryDynamoDB()
     fleet = Fleet(memory_table(memory), KEYS, ["a", "b", "c"], reads="scoped", replicas=1)
@@ -227,7 +227,7 @@ def test_a_stale_read_of_no_plan_head_does_not_stop_its_publisher_watching_it() 
     # corrupted later stayed unreadable until the backstop read (30 lease durations): fleetsim
     # seed 9119, fast, session membership (stale read at t=33, corrupt at t=41, unreadable at
     # the end, t=102). A head read missing or older than the baseline is confirmed consistently.
-    from kinesis.lease_loop.published_plan import OWNER_RECHECK_TICKS
+    from kinesis.lease_loop.plan import OWNER_RECHECK_TICKS
 
     stale = OldestPlanHead()
     memory = MemoryDynamoDB(stale_reads=stale)

@@ -37,12 +37,12 @@ from kinesis.errors import (
     LeaseTableUnavailableError,
     is_access_denied,
 )
-from kinesis.lease_loop import leases, manifest_store, member_rows, session_rows
 from kinesis.lease_loop.checkpoints import Checkpoint
-from kinesis.lease_loop.clock import FakeClock
-from kinesis.lease_loop.lease_model import SessionCheck
-from kinesis.lease_loop.leases import LeaseTable
-from kinesis.lease_loop.manifest_store import ManifestStore
+from kinesis.lease_loop.table import leases, manifests, sessions
+from kinesis.lease_loop.table.leases import LeaseTable
+from kinesis.lease_loop.table.manifests import ManifestStore
+from kinesis.lease_loop.table.model import SessionCheck
+from kinesis.lease_loop.timing import FakeClock
 from kinesis.testing import LocalAWS
 from tests.coordinator_fleet import shared_client
 from tests.support.memory_dynamodb import Fault, MemoryDynamoDB, fault_sequence
@@ -134,9 +134,9 @@ class FixedDatetime:
 @pytest.fixture
 def ids(monkeypatch: pytest.MonkeyPatch) -> Ids:
     ids = Ids()
-    for module in (leases, session_rows, manifest_store):
+    for module in (leases, sessions, manifests):
         monkeypatch.setattr(module, "uuid", ids)
-    monkeypatch.setattr(member_rows, "datetime", FixedDatetime)
+    monkeypatch.setattr(sessions, "datetime", FixedDatetime)
     return ids
 
 

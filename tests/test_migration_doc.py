@@ -16,8 +16,8 @@ from typing import Any
 
 import pytest
 
-from kinesis.lease_loop.lease_model import SHARD_END, Checkpoint
-from kinesis.lease_loop.leases import LeaseTable
+from kinesis.lease_loop.table.leases import LeaseTable
+from kinesis.lease_loop.table.model import SHARD_END, Checkpoint
 from kinesis.testing import LocalAWS
 from tests.support.waiting import eventually
 from tests.support.worker_journal import put_records

@@ -42,8 +42,8 @@ from kinesis.errors import (
     CorruptLeaseError,
     InvalidCheckpointError,
 )
-from kinesis.lease_loop.lease_model import Lease, LeaseState, lease_from_item, lease_to_item
-from kinesis.lease_loop.leases import LeaseTable
+from kinesis.lease_loop.table.leases import LeaseTable
+from kinesis.lease_loop.table.model import Lease, LeaseState, lease_from_item, lease_to_item
 from kinesis.sequence_numbers import check_sequence_number, check_sub_sequence_number
 from spark_integration.errors import InvalidOffsetError
 from spark_integration.offsets import (

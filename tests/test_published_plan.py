@@ -24,20 +24,20 @@ from botocore.exceptions import ClientError
 from hashring import Assignment, chore_owners, plan_assignment, stable_assignment
 from kinesis.errors import LeaseTableUnavailableError
 from kinesis.lease_loop.coordinator import LeaseCoordinator
-from kinesis.lease_loop.leases import LeaseTable
-from kinesis.lease_loop.manifest_store import (
-    ManifestConflictError,
-    ManifestCorruptError,
-    ManifestHead,
-    ManifestStore,
-)
-from kinesis.lease_loop.published_plan import (
+from kinesis.lease_loop.plan import (
     DOCUMENT,
     PLAN_CHORE,
     Baseline,
     PublishedPlan,
     decode,
     encode,
+)
+from kinesis.lease_loop.table.leases import LeaseTable
+from kinesis.lease_loop.table.manifests import (
+    ManifestConflictError,
+    ManifestCorruptError,
+    ManifestHead,
+    ManifestStore,
 )
 from kinesis.testing import LocalAWS
 from tests.coordinator_fleet import Fleet
@@ -200,7 +200,7 @@ def test_a_corrupt_plan_is_logged_and_planning_goes_on(aws: LocalAWS, caplog: py
     t.table.call("put_item", Item={"leaseKey": {"S": chunk}, "data": {"B": b"garbage"}})
     me = next(m for m in members if m != publisher)
     p = t.member(me)
-    with caplog.at_level(logging.WARNING, logger="kinesis.lease_loop.coordinator"):
+    with caplog.at_level(logging.WARNING, logger="kinesis.lease_loop"):
         follow(p, plan_of(p, [*members, "x"], keys), [*members, "x"], 0.0)
     assert p.baseline is None and "could not be followed" in caplog.text and "do not decompress" in caplog.text
     assert plan_of(p, [*members, "x"], keys) == stable_assignment([*members, "x"], keys)
@@ -369,7 +369,7 @@ def test_an_aws_error_while_following_is_logged_and_the_round_goes_on(caplog: py
 
     counted: Counter[str] = Counter()
     p = PublishedPlan(Denied(cast(Any, None), DOCUMENT), "a", lambda name: counted.update([name]))
-    with caplog.at_level(logging.WARNING, logger="kinesis.lease_loop.coordinator"):
+    with caplog.at_level(logging.WARNING, logger="kinesis.lease_loop"):
         follow(p, plan_of(p, ["a", "b"], ["k0"]), ["a", "b"], 0.0)
     assert "could not be followed" in caplog.text and "ValidationException" in caplog.text
     assert counted == Counter({"plan_errors": 1})

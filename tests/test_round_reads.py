@@ -11,21 +11,16 @@ from typing import Any
 
 from hashring import StaticMembership
 from hashring.errors import MembershipError
-from kinesis.lease_loop.clock import FakeClock
-from kinesis.lease_loop.coordinator_settings import CoordinatorSettings
 from kinesis.lease_loop.holder import LeaseHolder
-from kinesis.lease_loop.lease_listener import NullListener
-from kinesis.lease_loop.lease_model import TRIM_HORIZON, Lease, SessionRow, TableSnapshot
-from kinesis.lease_loop.lease_timing import LeaseTiming
-from kinesis.lease_loop.leases import LeaseTable
-from kinesis.lease_loop.member_list import MemberList
+from kinesis.lease_loop.lease_listener import NullListener, RoundRecord
+from kinesis.lease_loop.membership import MemberList
 from kinesis.lease_loop.observations import Observations
-from kinesis.lease_loop.planner import Planner
-from kinesis.lease_loop.published_plan import PublishedPlan
-from kinesis.lease_loop.resource_keys import ResourceKeys, provider_of
-from kinesis.lease_loop.round_reads import RoundReads
-from kinesis.lease_loop.round_record import RoundRecord
-from kinesis.lease_loop.scoped_reads import ScopedReads
+from kinesis.lease_loop.plan import PublishedPlan
+from kinesis.lease_loop.round_reads import Planner, RoundReads, ScopedReads
+from kinesis.lease_loop.settings import CoordinatorSettings, ResourceKeys, provider_of
+from kinesis.lease_loop.table.leases import LeaseTable
+from kinesis.lease_loop.table.model import TRIM_HORIZON, Lease, SessionRow, TableSnapshot
+from kinesis.lease_loop.timing import FakeClock, LeaseTiming
 
 KEYS = [f"k{i:02d}" for i in range(40)]
 MEMBERS = ("a", "b", "c", "d")

@@ -8,10 +8,10 @@ from collections import Counter
 import pytest
 
 from kinesis.errors import LeaseTableError
-from kinesis.lease_loop.clock import FakeClock
-from kinesis.lease_loop.round_record import RoundRecord
+from kinesis.lease_loop.lease_listener import RoundRecord
+from kinesis.lease_loop.timing import FakeClock
 
-LOGGER = "kinesis.lease_loop.coordinator"
+LOGGER = "kinesis.lease_loop.lease_listener"
 
 
 def record() -> tuple[RoundRecord, Counter[str], FakeClock]:

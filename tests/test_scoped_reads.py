@@ -7,8 +7,8 @@ from collections.abc import Callable
 
 from hashring import Assignment, stable_assignment
 from kinesis.lease_loop.decisions import SessionSeen
-from kinesis.lease_loop.lease_model import SessionRow
-from kinesis.lease_loop.scoped_reads import ScopedReads
+from kinesis.lease_loop.round_reads import ScopedReads
+from kinesis.lease_loop.table.model import SessionRow
 
 MEMBERS = ("a", "b", "c", "d")
 KEYS = [f"k{i:02d}" for i in range(40)]

@@ -14,10 +14,10 @@ from collections import Counter
 
 import pytest
 
-from kinesis.lease_loop.clock import FakeClock
 from kinesis.lease_loop.coordinator import LeaseCoordinator
-from kinesis.lease_loop.leases import LeaseTable
-from kinesis.lease_loop.session_membership import SessionMembership, decode, encode
+from kinesis.lease_loop.membership import SessionMembership, decode, encode
+from kinesis.lease_loop.table.leases import LeaseTable
+from kinesis.lease_loop.timing import FakeClock
 from tests.support.memory_dynamodb import MemoryDynamoDB
 
 KEYS = [f"k{i:02d}" for i in range(12)]

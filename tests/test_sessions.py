@@ -8,16 +8,14 @@ from __future__ import annotations
 import pytest
 
 from kinesis.errors import DuplicateMemberIdError, LeaseTableUnavailableError
-from kinesis.lease_loop import lease_model as m
-from kinesis.lease_loop.acquisitions import Acquisitions
-from kinesis.lease_loop.clock import FakeClock
 from kinesis.lease_loop.decisions import Seen, SessionSeen, Take, unchanged_since
-from kinesis.lease_loop.holder import LeaseHolder
+from kinesis.lease_loop.holder import LeaseHolder, WritePool
 from kinesis.lease_loop.lease_listener import GuardedListener, NullListener
-from kinesis.lease_loop.lease_model import SessionCheck, SessionRow
-from kinesis.lease_loop.lease_timing import LeaseTiming
-from kinesis.lease_loop.leases import LeaseTable
-from kinesis.lease_loop.write_pool import WritePool
+from kinesis.lease_loop.table import model as m
+from kinesis.lease_loop.table.leases import LeaseTable
+from kinesis.lease_loop.table.model import SessionCheck, SessionRow
+from kinesis.lease_loop.timing import FakeClock, LeaseTiming
+from kinesis.lease_loop.writes import Acquisitions
 from kinesis.testing import LocalAWS
 
 TIMING = LeaseTiming.of(9.0, tick_interval=3.0)  # validity 6 s

@@ -18,16 +18,15 @@ from kinesis import StreamConfig, Worker, WorkerConfig
 from kinesis.consumer.discovery.manifest import ShardManifest, ShardManifestSync
 from kinesis.consumer.discovery.shards import ShardDiscovery
 from kinesis.errors import ConfigurationError
-from kinesis.lease_loop.clock import FakeClock
-from kinesis.lease_loop.lease_model import TableSnapshot
-from kinesis.lease_loop.leases import LeaseTable
-from kinesis.lease_loop.manifest_store import (
+from kinesis.lease_loop.membership import DynamoDBMembership, SessionMembership
+from kinesis.lease_loop.table.leases import LeaseTable
+from kinesis.lease_loop.table.manifests import (
     ManifestConflictError,
     ManifestCorruptError,
     ManifestStore,
 )
-from kinesis.lease_loop.membership import DynamoDBMembership
-from kinesis.lease_loop.session_membership import SessionMembership
+from kinesis.lease_loop.table.model import TableSnapshot
+from kinesis.lease_loop.timing import FakeClock
 from kinesis.testing import LocalAWS
 from tests.support.waiting import eventually
 from tests.support.worker_journal import Journal, JournalProcessor, put_records

@@ -9,8 +9,8 @@ import pytest
 from kinesis.consumer.discovery.shards import ShardDiscovery
 from kinesis.consumer.retrieval.positions import TRIM_HORIZON, Position
 from kinesis.errors import LeaseLostError
-from kinesis.lease_loop.lease_model import Checkpoint
-from kinesis.lease_loop.leases import LeaseTable
+from kinesis.lease_loop.table.leases import LeaseTable
+from kinesis.lease_loop.table.model import Checkpoint
 from kinesis.testing import LocalAWS
 from spark_integration.group import GroupSession
 from spark_integration.offsets import ShardOffset, SourceOffset

@@ -19,8 +19,8 @@ from typing import Any
 
 import pytest
 
-from kinesis.lease_loop.lease_model import Checkpoint
-from kinesis.lease_loop.leases import LeaseTable
+from kinesis.lease_loop.table.leases import LeaseTable
+from kinesis.lease_loop.table.model import Checkpoint
 from kinesis.testing import LocalAWS
 from spark_integration.errors import InvalidOptionError
 from spark_integration.handover import wait_for_handover

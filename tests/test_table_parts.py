@@ -10,12 +10,11 @@ import botocore.exceptions
 import pytest
 
 from kinesis.errors import CorruptLeaseError, LeaseTableSchemaError, LeaseTableUnavailableError
-from kinesis.lease_loop import lease_model as m
-from kinesis.lease_loop.lease_model import Lease
-from kinesis.lease_loop.leases import LeaseTable
-from kinesis.lease_loop.table_calls import update_expression
-from kinesis.lease_loop.table_reads import CorruptRows, sort_rows
-from kinesis.lease_loop.table_setup import check_schema
+from kinesis.lease_loop.table import model as m
+from kinesis.lease_loop.table.calls import update_expression
+from kinesis.lease_loop.table.leases import LeaseTable, check_schema
+from kinesis.lease_loop.table.model import Lease
+from kinesis.lease_loop.table.reads import CorruptRows, sort_rows
 
 TABLE = "parts-test"
 
@@ -74,11 +73,11 @@ def test_scanned_rows_are_sorted_into_leases_members_and_corrupt_rows_and_reserv
 
 def test_a_corrupt_row_is_logged_once_per_reason_on_the_lease_table_logger(caplog: pytest.LogCaptureFixture) -> None:
     rows = CorruptRows()
-    with caplog.at_level(logging.ERROR, logger="kinesis.lease_loop.leases"):
+    with caplog.at_level(logging.ERROR, logger="kinesis.lease_loop.table"):
         rows.report(CorruptLeaseError("bad", "leaseCounter is not a number"))
         rows.report(CorruptLeaseError("bad", "leaseCounter is not a number"))
         rows.report(CorruptLeaseError("bad", "no owner"))
-    assert [r.name for r in caplog.records] == ["kinesis.lease_loop.leases"] * 2
+    assert [r.name for r in caplog.records] == ["kinesis.lease_loop.table.reads"] * 2
     assert rows.rows == {"bad": "no owner"}
     rows.rows["other"] = "changed"  # a copy
     assert rows.rows == {"bad": "no owner"}

@@ -19,8 +19,8 @@ from kinesis import (
     Worker,
     WorkerConfig,
 )
-from kinesis.lease_loop.lease_model import Checkpoint
-from kinesis.lease_loop.leases import LeaseTable
+from kinesis.lease_loop.table.leases import LeaseTable
+from kinesis.lease_loop.table.model import Checkpoint
 from kinesis.testing import LocalAWS
 from tests.support.waiting import eventually
 from tests.support.worker_journal import put_records

@@ -42,8 +42,8 @@ from kinesis.consumer.worker.config import parse_lease_key
 from kinesis.consumer.worker.health import HealthServer
 from kinesis.consumer.worker.pool import ConsumerPool
 from kinesis.consumer.worker.worker import stop_on_signals
-from kinesis.lease_loop.lease_model import LATEST, SHARD_END, TRIM_HORIZON, Checkpoint, Lease
-from kinesis.lease_loop.leases import LeaseTable
+from kinesis.lease_loop.table.leases import LeaseTable
+from kinesis.lease_loop.table.model import LATEST, SHARD_END, TRIM_HORIZON, Checkpoint, Lease
 from kinesis.testing import LocalAWS
 from tests.support.kinesis_faults import FaultInjector
 from tests.support.waiting import eventually

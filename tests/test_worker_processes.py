@@ -19,7 +19,7 @@ from examples.demo_fleet import (
     read_ledgers,
     takeovers_and_handoffs,
 )
-from kinesis.lease_loop.leases import LeaseTable
+from kinesis.lease_loop.table.leases import LeaseTable
 from kinesis.testing import LocalAWS
 
 pytestmark = pytest.mark.slow

@@ -17,10 +17,9 @@ from kinesis.consumer.worker.setup import (
     resolve_reads,
     worker_membership,
 )
-from kinesis.lease_loop.clock import FakeClock
-from kinesis.lease_loop.leases import LeaseTable
-from kinesis.lease_loop.membership import DynamoDBMembership
-from kinesis.lease_loop.session_membership import SessionMembership
+from kinesis.lease_loop.membership import DynamoDBMembership, SessionMembership
+from kinesis.lease_loop.table.leases import LeaseTable
+from kinesis.lease_loop.timing import FakeClock
 
 
 class Session:

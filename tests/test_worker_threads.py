@@ -25,7 +25,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from hashring import StaticMembership
 from kinesis import StreamConfig, Worker
-from kinesis.lease_loop.leases import LeaseTable
+from kinesis.lease_loop.table.leases import LeaseTable
 from kinesis.testing import LocalAWS
 from tests.support.waiting import eventually
 from tests.support.worker_journal import (

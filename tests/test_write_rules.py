@@ -11,9 +11,9 @@ from kinesis.errors import (
     InvalidCheckpointError,
     LeaseLostError,
 )
-from kinesis.lease_loop import lease_model as m
-from kinesis.lease_loop.lease_model import SHARD_END, TRIM_HORIZON, Checkpoint, Lease, LeaseState
-from kinesis.lease_loop.write_rules import (
+from kinesis.lease_loop.table import model as m
+from kinesis.lease_loop.table.model import SHARD_END, TRIM_HORIZON, Checkpoint, Lease, LeaseState
+from kinesis.lease_loop.table.rules import (
     attributes_equal,
     check_member,
     check_pending_checkpoint,

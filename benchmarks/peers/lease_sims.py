@@ -25,9 +25,9 @@ from benchmarks.bench_leases import SCAN, TICK, D, OurMember, Scheduler, counted
 from hashring.hashing import key_hash
 from hashring.placement import make_strategy
 from kinesis.errors import LeaseLostError
-from kinesis.lease_loop.clock import FakeClock
-from kinesis.lease_loop.lease_model import Lease
-from kinesis.lease_loop.leases import LeaseTable
+from kinesis.lease_loop.table.leases import LeaseTable
+from kinesis.lease_loop.table.model import Lease
+from kinesis.lease_loop.timing import FakeClock
 from kinesis.testing import LocalAWS
 
 CONSUMER = "bench-app"

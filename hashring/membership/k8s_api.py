@@ -38,7 +38,7 @@ from hashring.membership.k8s_paging import DEFAULT_PAGE_SIZE, ListStats, list_al
 from hashring.membership.k8s_pods import controller_of, selector_string
 from hashring.membership.k8s_slices import SERVICE_NAME_LABEL
 
-log = logging.getLogger("hashring.membership.kubernetes")
+log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 

@@ -9,7 +9,7 @@ from collections.abc import Callable
 
 from hashring.errors import MembershipError, MembershipUnavailableError, StaleMembershipError
 
-log = logging.getLogger("hashring.membership.kubernetes")
+log = logging.getLogger(__name__)
 
 
 class State(enum.Enum):

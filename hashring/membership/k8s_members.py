@@ -14,7 +14,7 @@ import threading
 from bisect import bisect_left
 from collections.abc import Iterable
 
-log = logging.getLogger("hashring.membership.kubernetes")
+log = logging.getLogger(__name__)
 
 
 class SortedMembers:

@@ -38,7 +38,7 @@ from typing import Any
 from hashring.errors import KubernetesAPIError
 from hashring.membership.k8s_errors import ContinueExpiredError, status_of
 
-log = logging.getLogger("hashring.membership.kubernetes")
+log = logging.getLogger(__name__)
 
 DEFAULT_PAGE_SIZE = 500  # client-go's pager default
 MAX_RESTARTS = 3

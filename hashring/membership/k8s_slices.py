@@ -37,7 +37,7 @@ from typing import Any
 
 from hashring.membership.k8s_members import SortedMembers
 
-log = logging.getLogger("hashring.membership.kubernetes")
+log = logging.getLogger(__name__)
 
 SERVICE_NAME_LABEL = "kubernetes.io/service-name"
 

@@ -10,7 +10,7 @@ from typing import Any
 from hashring.membership.k8s_members import SortedMembers
 from hashring.membership.k8s_pods import is_member, pod_name, pod_problem, statefulset_ordinal
 
-log = logging.getLogger("hashring.membership.kubernetes")
+log = logging.getLogger(__name__)
 _MAX_LOGGED = 1000  # distinct malformed pods remembered (then logged again)
 
 

@@ -28,7 +28,7 @@ from hashring.membership.k8s_api import KubeAPI
 from hashring.membership.k8s_errors import status_of
 from hashring.membership.k8s_health import Freshness
 
-log = logging.getLogger("hashring.membership.kubernetes")
+log = logging.getLogger(__name__)
 
 
 class View(Protocol):

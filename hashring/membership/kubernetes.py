@@ -60,7 +60,7 @@ from hashring.membership.k8s_slices import SliceView
 from hashring.membership.k8s_view import PodView
 from hashring.membership.k8s_watch import ListWatcher
 
-log = logging.getLogger("hashring.membership.kubernetes")
+log = logging.getLogger(__name__)
 
 _FRESH = "fresh"
 _DNS_LABEL = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")

@@ -43,22 +43,47 @@ So the holder is the only state shared across threads: its lock guards the held 
 the counters and the lifecycle flags (``stopping``, the loop's thread and stop deadline).
 Other threads read only single values the round replaces whole (``last_plan``, the suspect
 ids, tick and read times and the last error (:mod:`.round_record`), which thread runs a round).
+
+``RoundLoop``: when a coordinator's rounds run, on its own thread.
+
+Ticks run on a fixed schedule (every ``tick_interval``) and light rounds every
+``scan_interval`` between them (skipped when the tick comes less than half an interval
+later); a light round also runs just after a lease held by someone else is due to expire
+(each such moment once), and hand-offs whose listener finished are written between rounds
+(looked at every 50 ms while any is pending). After a graceful stop the loop plans without
+its member at once and goes on until every lease is handed off and adopted (light rounds at
+least every 0.25 s read the offers) or the deadline passes. The
+schedule is in real time (``time.monotonic``); rounds judge expiry on the coordinator's clock.
+
+``Lifecycle``: a coordinator's round lock, and starting and stopping its loop, each once.
+
+Rounds run one at a time under the *round lock* (:meth:`Lifecycle.exclusive`), on the loop's
+thread or on whoever calls ``tick()`` / ``refresh()``; the thread running a round is known,
+so a ``stop()`` from a listener callback (which would wait for itself) is refused.
+
+:meth:`Lifecycle.start` starts the :class:`~kinesis.lease_loop.coordinator.RoundLoop` once; a
+stopped coordinator cannot be restarted. :meth:`Lifecycle.stop` acts on the first call only
+(later or concurrent calls wait for it and return its result): it sets the loop's flags and
+the holder's ``stopping`` under the holder's lock and leaves the membership (graceful)
+(:meth:`Lifecycle.begin`, which a caller that runs the rounds itself may call first), waits
+for the loop (which hands the leases off), then, under the round lock, drops what is left
+and stops the writer threads, so no round (not even a manual tick) runs after it.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
-from collections.abc import Iterable, Mapping
-from dataclasses import replace
+import math
+import threading
+import time
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from dataclasses import dataclass, replace
 
 from hashring import Assignment, Membership
-from kinesis.errors import DuplicateMemberIdError
-from kinesis.lease_loop.acquisitions import Acquisitions
-from kinesis.lease_loop.clock import MONOTONIC, Clock
-from kinesis.lease_loop.coordinator_settings import CoordinatorSettings
+from kinesis.errors import ConfigurationError, DuplicateMemberIdError
 from kinesis.lease_loop.decisions import adoptions, takes
-from kinesis.lease_loop.handoffs import Handoffs
-from kinesis.lease_loop.holder import Held, LeaseHolder
+from kinesis.lease_loop.holder import Held, LeaseHolder, WritePool
 from kinesis.lease_loop.lease_listener import (
     COUNTER_NAMES,
     Completion,
@@ -67,28 +92,222 @@ from kinesis.lease_loop.lease_listener import (
     LeaseListener,
     NullListener,
     ResourceProvider,
+    RoundRecord,
     completion_done,
 )
-from kinesis.lease_loop.lease_model import TRIM_HORIZON, Checkpoint, Lease
-from kinesis.lease_loop.lease_timing import LeaseTiming
-from kinesis.lease_loop.leases import LeaseTable
-from kinesis.lease_loop.lifecycle import Lifecycle
-from kinesis.lease_loop.manifest_store import ManifestStore
-from kinesis.lease_loop.member_list import MemberList
+from kinesis.lease_loop.membership import MemberList
 from kinesis.lease_loop.observations import Observations
-from kinesis.lease_loop.planner import Planner
-from kinesis.lease_loop.published_plan import DOCUMENT, PublishedPlan
-from kinesis.lease_loop.resource_keys import ResourceKeys
-from kinesis.lease_loop.round_loop import RoundLoop, Rounds
-from kinesis.lease_loop.round_reads import RoundReads, RoundView
-from kinesis.lease_loop.round_record import RoundRecord
-from kinesis.lease_loop.scoped_reads import ScopedReads
-from kinesis.lease_loop.write_pool import WritePool
+from kinesis.lease_loop.plan import DOCUMENT, PublishedPlan
+from kinesis.lease_loop.round_reads import Planner, RoundReads, RoundView, ScopedReads
+from kinesis.lease_loop.settings import CoordinatorSettings, ResourceKeys
+from kinesis.lease_loop.table.leases import LeaseTable
+from kinesis.lease_loop.table.manifests import ManifestStore
+from kinesis.lease_loop.table.model import TRIM_HORIZON, Checkpoint, Lease
+from kinesis.lease_loop.timing import MONOTONIC, Clock, LeaseTiming
+from kinesis.lease_loop.writes import Acquisitions, Handoffs
+
+__all__ = ["COUNTER_NAMES", "Completion", "CoordinatorStatus", "LeaseCoordinator", "LeaseListener", "NullListener", "ResourceProvider"]
+
+
+_COMPLETION_POLL = 0.05  # seconds between looks at pending hand-off completions (local state)
+_OFFER_POLL = 0.25  # a stopping member reads its offers not adopted yet at least this often
+
+
+@dataclass(frozen=True)
+class Rounds:
+    """What the loop runs (the coordinator's methods)."""
+
+    tick: Callable[[], None]
+    refresh: Callable[[], None]
+    complete_handoffs: Callable[[], None]
+    """Write the hand-offs whose listener finished since the last round."""
+    next_expiry: Callable[[], float]
+    """Seconds until the next round due to an expiry (math.inf: none)."""
+    holding: Callable[[], bool]
+    """Whether any lease is held (a graceful stop ends once none is)."""
+    handoffs_pending: Callable[[], bool]
+    """Whether a hand-off waits for its listener (then completions are polled)."""
+
+
+class RoundLoop:
+    """The loop of one coordinator (see the module docs). Its flags are set under the
+    holder's lock by the coordinator's ``start`` and ``stop``; the loop only reads them."""
+
+    def __init__(self, rounds: Rounds, timing: LeaseTiming):
+        self._rounds = rounds
+        self._tick_interval = timing.tick_interval
+        self._scan_interval = timing.scan_interval
+        self.wake = threading.Event()
+        """Interrupts the wait between rounds."""
+        self.stopped = threading.Event()
+        """Set by a stop: the loop ends (graceful: once nothing is held)."""
+        self.graceful = True
+        self.deadline = math.inf  # real time (time.monotonic) by which a graceful stop ends
+        self.thread: threading.Thread | None = None
+
+    def start(self, name: str) -> None:
+        """Run :meth:`serve` on a daemon thread (once)."""
+        if self.thread is None:
+            self.thread = threading.Thread(target=self.serve, name=name, daemon=True)
+            self.thread.start()
+
+    def stop(self, graceful: bool, timeout: float) -> None:
+        """End the loop: at once, or (graceful) when nothing is held or ``timeout`` passed."""
+        self.graceful = graceful
+        self.deadline = time.monotonic() + timeout
+        self.stopped.set()
+
+    def finish(self) -> None:
+        """After :meth:`stop`: wait for the loop to end; a graceful stop of a loop never
+        started runs it on this thread (to hand every lease off)."""
+        if self.thread is not None:
+            self.thread.join()
+        elif self.graceful:
+            self.serve()
+
+    def running(self) -> bool:
+        return self.thread is not None and self.thread.is_alive()
+
+    def serve(self) -> None:
+        """The loop (see the module docs)."""
+        rounds = self._rounds
+        next_tick = time.monotonic()
+        last_round = -math.inf
+        expiry_at = math.inf  # a light round when a lease this member saw is due to expire
+        stop_seen = False
+        while True:
+            now = time.monotonic()
+            if self.stopped.is_set():
+                if not self.graceful:
+                    return
+                if not stop_seen:  # plan without this member and hand off right away
+                    stop_seen = True
+                    rounds.refresh()  # also adopts (to hand on) what was handed to this member
+                    rounds.complete_handoffs()
+                    last_round = now
+                if not rounds.holding() or time.monotonic() >= self.deadline:
+                    return
+            if now >= next_tick:
+                rounds.tick()
+                last_round = now
+                next_tick = max(next_tick + self._tick_interval, time.monotonic())
+            elif now >= min(expiry_at, self._next_scan(last_round, next_tick)):
+                rounds.refresh()
+                last_round = now
+            if last_round == now and expiry_at <= now:
+                expiry_at = math.inf  # served by this round
+            rounds.complete_handoffs()
+            now = time.monotonic()
+            expiry_at = min(expiry_at, now + rounds.next_expiry())  # each moment scheduled once
+            wait = min(next_tick, self._next_scan(last_round, next_tick), expiry_at) - now
+            if rounds.handoffs_pending():
+                wait = min(wait, _COMPLETION_POLL)
+            if self.stopped.is_set():
+                wait = min(wait, self.deadline - now)
+                if not rounds.holding():
+                    continue  # all handed off: end now
+            if wait > 0 and self.wake.wait(wait):
+                self.wake.clear()
+
+    def _next_scan(self, last_round: float, next_tick: float) -> float:
+        """When the next light round is due: ``scan_interval`` after the last round, unless
+        the next tick comes less than half an interval later (then the tick does it); while
+        a graceful stop waits for its offers to be adopted, at least every 0.25 s."""
+        if self.stopped.is_set() and self.graceful:
+            return last_round + min(self._scan_interval, _OFFER_POLL)
+        due = last_round + self._scan_interval
+        return next_tick if next_tick - due < self._scan_interval / 2 else due
+
 
 log = logging.getLogger(__name__)
 
-__all__ = ["COUNTER_NAMES", "Completion", "CoordinatorStatus", "LeaseCoordinator", "LeaseListener",
-           "NullListener", "ResourceProvider"]
+
+class Lifecycle:
+    """The round lock and the start / stop of one coordinator (see the module docs)."""
+
+    def __init__(self, holder: LeaseHolder, loop: RoundLoop, pool: WritePool, membership: Membership,
+                 member_id: str):
+        self._holder = holder
+        self._loop = loop
+        self._pool = pool
+        self._membership = membership
+        self._me = member_id
+        self.round_lock = threading.Lock()
+        """One round at a time; guards all round state."""
+        self.stopped = False  # set under the round lock by stop(): no round runs after it
+        self.ticking: threading.Thread | None = None
+        """The thread running a round now."""
+        self._stop_done = threading.Event()  # set when the first stop() call has finished
+        self._stop_result = False
+        self._begun = False  # the stop flags are set (by begin() or the first stop())
+        self._finishing = False  # a stop() call is finishing (later ones wait for it)
+
+    @contextlib.contextmanager
+    def exclusive(self) -> Iterator[bool]:
+        """Hold the round lock as the tick thread (listener callbacks run here); False: stopped."""
+        with self.round_lock:
+            if self.stopped:
+                yield False
+                return
+            self.ticking = threading.current_thread()
+            try:
+                yield True
+            finally:
+                self.ticking = None
+
+    def start(self) -> None:
+        """Start the loop's thread (once); a ConfigurationError after a stop."""
+        with self._holder.lock:
+            if self.stopped or self._loop.stopped.is_set():
+                raise ConfigurationError("a stopped coordinator cannot be restarted: build a new one")
+            self._loop.start(f"lease-coordinator-{self._me}")
+
+    def begin(self, graceful: bool, timeout: float) -> bool:
+        """Set the stop flags (the rounds plan without this member from now on, if graceful)
+        and leave the membership: on the first call only (True), not waiting for anything."""
+        with self._holder.lock:
+            if self._begun:
+                return False
+            self._begun = True  # a crash (not graceful) must not plan without this member meanwhile
+            self._holder.stopping = graceful
+            self._loop.stop(graceful, timeout)
+        self._loop.wake.set()
+        leave = getattr(self._membership, "leave", None)
+        if graceful and callable(leave):
+            try:
+                leave()
+            except Exception:
+                log.exception("%s: leaving the membership failed", self._me)
+        return True
+
+    def stop(self, graceful: bool, timeout: float) -> bool:
+        """Stop (see the module docs); True if no lease is left behind."""
+        if self.ticking is threading.current_thread():
+            raise RuntimeError(
+                "stop() was called from a listener callback (the tick thread): call it from "
+                "another thread, e.g. the one handling SIGTERM"
+            )
+        self.begin(graceful, timeout)
+        with self._holder.lock:
+            first = not self._finishing
+            self._finishing = True
+        if not first:  # the first call does the work; later calls get its result
+            self._stop_done.wait()
+            return self._stop_result
+        graceful = self._loop.graceful
+        self._loop.finish()
+        with self.round_lock, self._holder.lock:  # no round (not even a manual tick) goes on after this
+            self.stopped = True
+            left = self._holder.drop_all()
+            self._pool.shutdown()
+        if left:
+            (log.warning if graceful else log.info)("%s stopped with leases left to expire: %s", self._me, left)
+        elif graceful:  # nothing left to time by it (leases left expire faster with it)
+            self._holder.end_session()
+        self._stop_result = graceful and not left
+        self._stop_done.set()
+        return self._stop_result
+
 
 _EXPIRY_MARGIN = 0.005  # run the expiry round just after the expiry, not just before it
 
@@ -114,15 +333,15 @@ class LeaseCoordinator:
             create a missing row (default ``lease_duration + (replicas + 1) * backup_grace``).
         handoff_timeout: log (and count) a listener slower than this to finish a hand-off.
         adopt_timeout: a hand-off not adopted after this long is taken back (default
-            ``tick_interval``). All durations: :mod:`~kinesis.lease_loop.lease_timing`.
-        timing: all the durations above as one :class:`~kinesis.lease_loop.lease_timing.LeaseTiming`
+            ``tick_interval``). All durations: :mod:`~kinesis.lease_loop.settings`.
+        timing: all the durations above as one :class:`~kinesis.lease_loop.timing.LeaseTiming`
             (what a WorkerConfig builds); then leave the individual durations unset.
         max_concurrent_handoffs: graceful hand-offs in progress at once per member
             (rebalancing only; ``stop()`` hands everything off at once).
         replicas: backups named per key, in takeover order.
         weights: optional member weights for proportional shares (missing members: 1.0).
         initial_checkpoint: checkpoint of rows this coordinator creates (default
-            :data:`~kinesis.lease_loop.lease_model.TRIM_HORIZON`).
+            :data:`~kinesis.lease_loop.table.model.TRIM_HORIZON`).
         drive_membership: with a :class:`DynamoDBMembership` on the same table, heartbeat it
             on every tick and feed it this tick's scan (no extra reads). Default True.
         warmup_ticks: ticks to wait before taking free leases, so members started together
@@ -134,7 +353,7 @@ class LeaseCoordinator:
             reads only the rows planned for this member and not held and, every
             ``backup_check_interval``, the session row of each member it watches (its
             ``replicas`` predecessors; all of that member's rows once its session stops
-            changing for a tick); see :mod:`~kinesis.lease_loop.scoped_reads`.
+            changing for a tick); see :mod:`~kinesis.lease_loop.round_reads`.
         sweep_interval: scoped reads: a periodic full scan by two members (default: none;
             a member scans once at start). Every key is read by a member that can act on it
             without one (tests/fleetsim); set it for an extra backstop.

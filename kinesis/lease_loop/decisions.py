@@ -12,7 +12,7 @@ or of no row at all. A row that names a session but is renewed by its holder (a 
 before 0.2, or a holder whose session cannot be renewed) is unchanged while both are. Such
 expiry can be judged only in a round that read that session row; otherwise it is not
 expired. A take that relies on a session carries a
-:class:`~kinesis.lease_loop.lease_model.SessionCheck`, which a strongly consistent read of
+:class:`~kinesis.lease_loop.table.model.SessionCheck`, which a strongly consistent read of
 the session row confirms right before the conditional take.
 
 **Taking** (:func:`takes`). A lease is expired once unchanged for ``lease_duration``; a free
@@ -55,8 +55,8 @@ from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field, replace
 
 from hashring import Assignment, chore_owners
-from kinesis.lease_loop.lease_model import Lease, LeaseState, SessionCheck
-from kinesis.lease_loop.lease_timing import LeaseTiming
+from kinesis.lease_loop.table.model import Lease, LeaseState, SessionCheck
+from kinesis.lease_loop.timing import LeaseTiming
 
 
 @dataclass(frozen=True)

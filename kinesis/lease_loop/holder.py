@@ -9,9 +9,9 @@ it, so a confirmation, a checkpoint and a hand-off of the same lease never race,
 writes of different leases go out at once.
 
 **Session leases.** A member renews one session row per tick and no lease row: every lease
-it writes names its session and says ``ACTIVE_SESSION`` (:mod:`~kinesis.lease_loop.lease_model`),
+it writes names its session and says ``ACTIVE_SESSION`` (:mod:`~kinesis.lease_loop.table.model`),
 and is valid while that session's *chain* lasts. With ``V = lease_duration - tick_interval``
-(:attr:`~kinesis.lease_loop.lease_timing.LeaseTiming.validity`), a renewal sent at ``s``
+(:attr:`~kinesis.lease_loop.timing.LeaseTiming.validity`), a renewal sent at ``s``
 extends the chain to ``s + V``, but only if its answer came back before the chain ran out; a
 renewal answered later (or a new session token) starts a new chain, and a lease of an
 earlier chain is written again (conditional on its counter) before it is processed again.
@@ -27,10 +27,17 @@ writing its row every tick instead, as ``ACTIVE`` (as releases before 0.2 always
 until ``V`` after the send time of its last write (a conditional write: nobody took it
 before, and nobody may take it until its row has been unchanged for a lease duration on
 their clock). A session row that cannot be written costs writes, not leases.
+
+``WritePool``: the DynamoDB writes of one round, sent at once.
+
+Renewals, takes, adoptions and hand-off writes of a round run on up to ``threads`` writer
+threads, so a round costs about one round trip however many leases move. Used by the round
+only (under the coordinator's round lock), which also shuts it down.
 """
 
 from __future__ import annotations
 
+import concurrent.futures
 import functools
 import logging
 import math
@@ -39,17 +46,54 @@ import uuid
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
+from typing import Any
 
 from kinesis.errors import DuplicateMemberIdError, KinesisHashRingError, LeaseLostError
-from kinesis.lease_loop.clock import Clock
 from kinesis.lease_loop.decisions import Offer
 from kinesis.lease_loop.lease_listener import COUNTER_NAMES, Completion, completion_done
-from kinesis.lease_loop.lease_model import Checkpoint, Lease, LeaseState
-from kinesis.lease_loop.lease_timing import LeaseTiming
-from kinesis.lease_loop.leases import LeaseTable
-from kinesis.lease_loop.write_pool import WritePool, raise_first
+from kinesis.lease_loop.table.leases import LeaseTable
+from kinesis.lease_loop.table.model import Checkpoint, Lease, LeaseState
+from kinesis.lease_loop.timing import Clock, LeaseTiming
 
-log = logging.getLogger("kinesis.lease_loop.coordinator")  # the lease loop logs as the coordinator
+
+class WritePool:
+    """Runs calls on lazily started writer threads named ``lease-writer-<member>``."""
+
+    def __init__(self, threads: int, member_id: str):
+        self._threads = threads
+        self._name = f"lease-writer-{member_id}"
+        self._executor: concurrent.futures.ThreadPoolExecutor | None = None
+
+    def run(self, calls: list[Callable[[], Any]]) -> list[Any]:
+        """Run ``calls`` at once; their results (or exceptions), in order."""
+        if len(calls) <= 1 or self._threads == 1:
+            out: list[Any] = []
+            for call in calls:
+                try:
+                    out.append(call())
+                except Exception as exc:
+                    out.append(exc)
+            return out
+        if self._executor is None:
+            self._executor = concurrent.futures.ThreadPoolExecutor(self._threads, thread_name_prefix=self._name)
+        futures = [self._executor.submit(call) for call in calls]
+        return [f.exception() or f.result() for f in futures]
+
+    def shutdown(self) -> None:
+        """Stop the writer threads (without waiting for them)."""
+        executor, self._executor = self._executor, None
+        if executor is not None:
+            executor.shutdown(wait=False)
+
+
+def raise_first(results: list[Any]) -> None:
+    """Re-raise the first unexpected exception a writer thread returned."""
+    for r in results:
+        if isinstance(r, BaseException):
+            raise r
+
+
+log = logging.getLogger(__name__)
 
 
 @dataclass

@@ -20,9 +20,9 @@ from itertools import chain
 
 from kinesis.lease_loop import decisions
 from kinesis.lease_loop.decisions import Seen, SessionSeen, Snapshot, Suspicions
-from kinesis.lease_loop.lease_model import Lease, SessionRow
+from kinesis.lease_loop.table.model import Lease, SessionRow
 
-log = logging.getLogger("kinesis.lease_loop.coordinator")  # the lease loop logs as the coordinator
+log = logging.getLogger(__name__)
 
 
 class Observations:

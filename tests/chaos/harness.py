@@ -36,7 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from examples.demo_fleet import Fleet, Producer, processed_keys
-from kinesis.lease_loop.leases import LeaseTable
+from kinesis.lease_loop.table.leases import LeaseTable
 from kinesis.testing import client_for
 from tests.chaos.invariants import FaultRecord, LeaseRow, Report, TableSample, check
 from tests.chaos.moto_resharding import ReshardingMoto

@@ -22,13 +22,13 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from kinesis.lease_loop.manifest_store import (
+from kinesis.lease_loop.membership import DOCUMENT as MEMBERS_DOCUMENT
+from kinesis.lease_loop.membership import decode as decode_members
+from kinesis.lease_loop.table.manifests import (
     ManifestConflictError,
     ManifestCorruptError,
     ManifestStore,
 )
-from kinesis.lease_loop.session_membership import DOCUMENT as MEMBERS_DOCUMENT
-from kinesis.lease_loop.session_membership import decode as decode_members
 from tests.fleetsim.bounds import effect_end, settled_at
 from tests.fleetsim.world import MEMBERS_HEAD, World
 

@@ -8,7 +8,7 @@ each, anyone after ``orphan_timeout``). It scanned the table every round, planne
 hand-offs addressed to it, handed off what its plan gave to others, and processed a lease
 until ``lease_duration - tick`` after its last successful write of it. A row it could not
 parse (an unknown ``leaseState``) was reported and never written. Those are exactly the
-rules modelled here, over the same fenced writes (:class:`~kinesis.lease_loop.leases.LeaseTable`
+rules modelled here, over the same fenced writes (:class:`~kinesis.lease_loop.table.leases.LeaseTable`
 without a session, which writes rows in the previous format).
 """
 
@@ -22,8 +22,8 @@ from typing import TYPE_CHECKING, Any
 
 from hashring import plan_assignment
 from kinesis.errors import KinesisHashRingError, LeaseLostError
-from kinesis.lease_loop.lease_model import Lease, LeaseState, TableSnapshot
-from kinesis.lease_loop.leases import LeaseTable
+from kinesis.lease_loop.table.leases import LeaseTable
+from kinesis.lease_loop.table.model import Lease, LeaseState, TableSnapshot
 
 if TYPE_CHECKING:
     from tests.fleetsim.world import SimMember, World

@@ -11,7 +11,7 @@ a denied action) and the fleet must recover within the stated bounds
 A scenario's ``membership`` says who keeps the member list: "static" (the world: each member
 gets a :class:`~hashring.StaticMembership` the world sets, so lags, phantoms and unlisting
 can be simulated), or "session" (the SDK's default, a
-:class:`~kinesis.lease_loop.session_membership.SessionMembership` the members keep in the
+:class:`~kinesis.lease_loop.membership.SessionMembership` the members keep in the
 lease table themselves: they publish themselves as they join, leave as they stop, and remove
 the dead; the kinds that only make sense for a list managed outside, :data:`STATIC_ONLY`,
 are left out of those scenarios).

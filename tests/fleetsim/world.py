@@ -2,13 +2,13 @@
 
 One process, one thread, no sleeping: every member is a real
 :class:`~kinesis.lease_loop.coordinator.LeaseCoordinator` (``write_threads=1``, so its writes
-run inline and in order) over its own :class:`~kinesis.lease_loop.leases.LeaseTable` client
+run inline and in order) over its own :class:`~kinesis.lease_loop.table.leases.LeaseTable` client
 into one :class:`~tests.support.memory_dynamodb.MemoryDynamoDB` (DynamoDB's conditional
 semantics, optionally stale eventually consistent reads). Time is a number the world moves
 from one scheduled event to the next; each member sees it through its own clock (an offset
 and a rate: ``skew``), and its own wall clock.
 
-Each member's rounds are scheduled exactly as its :class:`~kinesis.lease_loop.round_loop.RoundLoop`
+Each member's rounds are scheduled exactly as its :class:`~kinesis.lease_loop.coordinator.RoundLoop`
 would run them (ticks, light rounds, expiry rounds, hand-offs completed between rounds); a
 processor per member delivers records of the keys it was told to process, only while
 ``holds(key)``, checkpointing as it goes; a graceful hand-off checkpoints everything
@@ -19,7 +19,7 @@ looks at the world after every event.
 The member list: in a "static" scenario the world keeps it (:attr:`World.listed`, each
 member's :class:`~hashring.StaticMembership` set from it, lagging as told); in a "session"
 scenario every new-build member keeps it itself through a
-:class:`~kinesis.lease_loop.session_membership.SessionMembership` over its own table client
+:class:`~kinesis.lease_loop.membership.SessionMembership` over its own table client
 (so its faults reach the list too), and :attr:`World.listed` only records who was started and
 not stopped gracefully (whom the checker may hold to a bound).
 """
@@ -47,10 +47,10 @@ from kinesis.consumer.discovery.shards import ShardDiscovery
 from kinesis.consumer.discovery.sync import ShardSync
 from kinesis.errors import KinesisHashRingError, LeaseLostError
 from kinesis.lease_loop.coordinator import LeaseCoordinator
-from kinesis.lease_loop.lease_model import SHARD_END, Lease
-from kinesis.lease_loop.leases import LeaseTable
-from kinesis.lease_loop.published_plan import PLAN_CHORE
-from kinesis.lease_loop.session_membership import SessionMembership
+from kinesis.lease_loop.membership import SessionMembership
+from kinesis.lease_loop.plan import PLAN_CHORE
+from kinesis.lease_loop.table.leases import LeaseTable
+from kinesis.lease_loop.table.model import SHARD_END, Lease
 from tests.fleetsim.bounds import Timing, shard_sync_interval, timing
 from tests.fleetsim.schedule import Event, Scenario
 from tests.fleetsim.stream import SPEC, STREAM, KinesisClient, SimStream

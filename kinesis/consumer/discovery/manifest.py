@@ -5,7 +5,7 @@ and judges parents from a full scan. :class:`ShardManifestSync` gives that work 
 per stream and lets everyone else read one small row:
 
 * **The chore owner** of a stream (whoever holds the head row of its manifest,
-  :mod:`kinesis.lease_loop.manifest_store`) renews the head every tick, lists the shards every
+  :mod:`kinesis.lease_loop.table.manifests`) renews the head every tick, lists the shards every
   ``shard_sync_interval``, creates the missing lease rows (parents first, with the start rules
   of :func:`~kinesis.consumer.discovery.sync.initial_checkpoint`), reads every tick the rows of the
   closed shards not yet finished (none in steady state) and publishes a new version of the
@@ -46,16 +46,16 @@ from kinesis.consumer.discovery.shards import Shard, ShardDiscovery, ready_shard
 from kinesis.consumer.discovery.sync import ShardSync
 from kinesis.consumer.worker.config import StreamConfig, WorkerConfig
 from kinesis.errors import ConfigurationError, CorruptLeaseError, KinesisHashRingError
-from kinesis.lease_loop.clock import MONOTONIC, Clock
-from kinesis.lease_loop.lease_model import TableSnapshot
-from kinesis.lease_loop.leases import LeaseTable
-from kinesis.lease_loop.manifest_store import (
+from kinesis.lease_loop.membership import DynamoDBMembership
+from kinesis.lease_loop.table.leases import LeaseTable
+from kinesis.lease_loop.table.manifests import (
     ManifestConflictError,
     ManifestCorruptError,
     ManifestHead,
     ManifestStore,
 )
-from kinesis.lease_loop.membership import DynamoDBMembership
+from kinesis.lease_loop.table.model import TableSnapshot
+from kinesis.lease_loop.timing import MONOTONIC, Clock
 
 log = logging.getLogger(__name__)
 

@@ -40,7 +40,8 @@ from botocore.exceptions import BotoCoreError, ClientError
 from kinesis.consumer.discovery.shards import Shard, ShardDiscovery, ready_shards, shard_order
 from kinesis.consumer.worker.config import StreamConfig
 from kinesis.errors import KinesisHashRingError
-from kinesis.lease_loop.lease_model import (
+from kinesis.lease_loop.table.leases import LeaseTable
+from kinesis.lease_loop.table.model import (
     LATEST,
     SHARD_END,
     TRIM_HORIZON,
@@ -48,7 +49,6 @@ from kinesis.lease_loop.lease_model import (
     Lease,
     TableSnapshot,
 )
-from kinesis.lease_loop.leases import LeaseTable
 
 log = logging.getLogger(__name__)
 

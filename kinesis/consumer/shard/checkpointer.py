@@ -21,7 +21,7 @@ from typing import Protocol
 from kinesis.consumer.retrieval.positions import SHARD_END, Checkpoint, Position
 from kinesis.consumer.shard.processor import CheckpointerBase
 from kinesis.errors import LeaseLostError
-from kinesis.lease_loop.lease_model import Lease
+from kinesis.lease_loop.table.model import Lease
 
 
 class CheckpointSink(Protocol):

@@ -95,7 +95,7 @@ from kinesis.consumer.shard.failures import (
 from kinesis.consumer.shard.processor import InitializationInput, RecordProcessor
 from kinesis.consumer.worker.config import ProcessorFactory, StreamConfig
 from kinesis.errors import KinesisHashRingError, LeaseLostError
-from kinesis.lease_loop.lease_model import Lease
+from kinesis.lease_loop.table.model import Lease
 
 if TYPE_CHECKING:
     from kinesis.consumer.worker.pool import ConsumerPool

@@ -27,7 +27,7 @@ from kinesis.consumer.shard.failures import ProcessorRetryPolicy
 from kinesis.consumer.shard.processor import RecordProcessor
 from kinesis.durations import check_seconds
 from kinesis.errors import ConfigurationError
-from kinesis.lease_loop.lease_timing import LeaseTiming
+from kinesis.lease_loop.timing import LeaseTiming
 
 ProcessorFactory = Callable[[], RecordProcessor | KclpyRecordProcessor]
 """Builds one fresh processor per shard lease (called on every acquisition): a
@@ -205,7 +205,7 @@ class WorkerConfig:
     hand-offs, newcomers and expiries sooner; default ``tick_interval / 3``, one scan request
     each), ``replicas`` backups per lease, ``backup_grace``,
     ``orphan_timeout``, ``handoff_timeout``, ``adopt_timeout``, ``max_concurrent_handoffs``;
-    validated once into :attr:`timing` (a :class:`~kinesis.lease_loop.lease_timing.LeaseTiming`), which
+    validated once into :attr:`timing` (a :class:`~kinesis.lease_loop.timing.LeaseTiming`), which
     the coordinator takes as it is.
 
     ``member_timeout`` only applies to the :class:`~kinesis.lease_loop.membership.DynamoDBMembership`
@@ -228,7 +228,7 @@ class WorkerConfig:
     stream, which publishes a shard manifest that the others poll every
     ``manifest_poll_interval`` (default ``shard_sync_interval / 2``;
     :mod:`kinesis.consumer.discovery.manifest`); it needs a membership outside the lease table
-    (the default :class:`~kinesis.lease_loop.session_membership.SessionMembership`, whose
+    (the default :class:`~kinesis.lease_loop.membership.SessionMembership`, whose
     member list its members keep in the table without a scan, ``KubernetesMembership``,
     ``StaticMembership``). ``reads="scan"`` scans the lease table every round (with a
     ``DynamoDBMembership``, whose heartbeats are in the table: the Worker's default then).

@@ -25,7 +25,7 @@ from kinesis.consumer.shard.consumer import (
 )
 from kinesis.consumer.worker.config import ProcessorFactory, StreamConfig, WorkerConfig
 from kinesis.errors import ConfigurationError
-from kinesis.lease_loop.lease_model import Lease
+from kinesis.lease_loop.table.model import Lease
 
 
 class ConsumerPool:

@@ -11,10 +11,9 @@ from kinesis.consumer.kclpy import check_factory, check_style
 from kinesis.consumer.retrieval.fanout import ConsumerRegistration
 from kinesis.consumer.worker.config import ProcessorFactory, WorkerConfig, default_worker_id
 from kinesis.errors import ConfigurationError
-from kinesis.lease_loop.clock import Clock
-from kinesis.lease_loop.leases import LeaseTable
-from kinesis.lease_loop.membership import DynamoDBMembership
-from kinesis.lease_loop.session_membership import SessionMembership
+from kinesis.lease_loop.membership import DynamoDBMembership, SessionMembership
+from kinesis.lease_loop.table.leases import LeaseTable
+from kinesis.lease_loop.timing import Clock
 
 
 def check_processor_factories(

@@ -74,11 +74,10 @@ from kinesis.consumer.worker.health import HealthServer, WorkerStatus
 from kinesis.consumer.worker.metrics import build_registry, render
 from kinesis.consumer.worker.pool import ConsumerPool
 from kinesis.errors import ConfigurationError
-from kinesis.lease_loop.clock import MONOTONIC, Clock
 from kinesis.lease_loop.coordinator import LeaseCoordinator
-from kinesis.lease_loop.leases import LeaseTable
-from kinesis.lease_loop.membership import DynamoDBMembership
-from kinesis.lease_loop.session_membership import SessionMembership
+from kinesis.lease_loop.membership import DynamoDBMembership, SessionMembership
+from kinesis.lease_loop.table.leases import LeaseTable
+from kinesis.lease_loop.timing import MONOTONIC, Clock
 from kinesis.log_setup import setup_logging
 
 __all__ = ["ProcessorFactory", "StreamConfig", "Worker", "WorkerConfig", "WorkerStatus", "lease_key", "parse_lease_key"]

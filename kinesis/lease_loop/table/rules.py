@@ -3,7 +3,7 @@ failed one means (no I/O).
 
 Every write to a lease row is conditional on what the writer last saw: the owner and the
 counter (and, for checkpoints, ``checkpointOrder <= new``). A checkpoint that goes
-backwards is refused here, before any round trip. :mod:`kinesis.lease_loop.leases` sends
+backwards is refused here, before any round trip. :mod:`kinesis.lease_loop.table.leases` sends
 the writes.
 """
 
@@ -18,8 +18,8 @@ from kinesis.errors import (
     InvalidCheckpointError,
     LeaseLostError,
 )
-from kinesis.lease_loop import lease_model as m
-from kinesis.lease_loop.lease_model import Checkpoint, Lease, LeaseState, check_lease_key
+from kinesis.lease_loop.table import model as m
+from kinesis.lease_loop.table.model import Checkpoint, Lease, LeaseState, check_lease_key
 
 CONDITION_NAMES = {
     "#o": m.OWNER,

@@ -4,7 +4,7 @@ re-exported here with its sentinels) map to DynamoDB attributes.
 One lease row per resource (e.g. per (consumer, stream, shard)); heartbeat rows of
 :class:`~kinesis.lease_loop.membership.DynamoDBMembership` live in the same table under the
 reserved key prefix ``__member__#``, and each running member's session row (see
-:mod:`~kinesis.lease_loop.session_rows`) under ``__session__#`` (lease keys may not start
+:mod:`~kinesis.lease_loop.table.sessions`) under ``__session__#`` (lease keys may not start
 with ``__``).
 
 Lease attributes (camelCase, KCL style):
@@ -100,7 +100,7 @@ PLAN_VERSION = "planVersion"
 """On a session row: the version of the published plan its member plans from (scoped reads)."""
 MEMBERS_VERSION = "membersVersion"
 """On a session row: the newest version of the member list (a
-:class:`~kinesis.lease_loop.session_membership.SessionMembership`) its publisher told this
+:class:`~kinesis.lease_loop.membership.SessionMembership`) its publisher told this
 member of; the member reads its renewal's answer and reads the list when it is newer."""
 PLAN_TOLD = "planTold"
 """On a session row: the newest published plan version a member that rebuilt the plan's head

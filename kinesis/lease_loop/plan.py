@@ -5,7 +5,7 @@ alone (:func:`hashring.stable_assignment`) moves 2-3x the optimum on a join at a
 keys per member: no stateless, exactly balanced function measured does better
 (:mod:`hashring.stable`). So members plan from a shared *baseline* instead: the last plan
 published in the lease table, a versioned document of
-:class:`~kinesis.lease_loop.manifest_store.ManifestStore` named ``plan`` (a head row and
+:class:`~kinesis.lease_loop.table.manifests.ManifestStore` named ``plan`` (a head row and
 zlib-compressed chunks). Every member computes
 :func:`hashring.plan_assignment` (members, keys, current owners = the baseline) itself:
 
@@ -61,14 +61,14 @@ from botocore.exceptions import BotoCoreError, ClientError
 
 from hashring import Assignment, chore_owners, plan_assignment, stable_assignment
 from kinesis.errors import KinesisHashRingError
-from kinesis.lease_loop.manifest_store import (
+from kinesis.lease_loop.table.manifests import (
     ManifestConflictError,
     ManifestCorruptError,
     ManifestHead,
     ManifestStore,
 )
 
-log = logging.getLogger("kinesis.lease_loop.coordinator")
+log = logging.getLogger(__name__)
 
 PLAN_CHORE = "plan"
 """The reserved ring key (:func:`hashring.chore_owners`) whose owner publishes the plan."""

@@ -35,19 +35,32 @@ This module holds the facade and the fenced lease writes; the table's parts are
 ``table_calls`` (retries, idempotent writes), ``table_setup``, ``table_reads``,
 ``member_rows`` (heartbeat rows), ``session_rows`` and ``write_rules`` (what a write sets, on what
 condition, and what a failed one means: no I/O).
+
+Setting the lease table up: create it if missing, check its key schema, wait until ACTIVE.
 """
 
 from __future__ import annotations
 
+import logging
 import threading
 import uuid
 from collections.abc import Callable, Iterable, Mapping
-from typing import Any
+from typing import Any, Protocol
 
-from kinesis.errors import ConfigurationError, LeaseLostError
-from kinesis.lease_loop import lease_model as m
-from kinesis.lease_loop.clock import MONOTONIC, Clock
-from kinesis.lease_loop.lease_model import (
+import botocore.exceptions
+from tenacity import Retrying, retry_if_result, stop_after_delay, wait_exponential
+
+from kinesis.aws_errors import error_code
+from kinesis.errors import (
+    ConfigurationError,
+    LeaseLostError,
+    LeaseTableNotFoundError,
+    LeaseTableNotReadyError,
+    LeaseTableSchemaError,
+)
+from kinesis.lease_loop.table import model as m
+from kinesis.lease_loop.table.calls import ConditionFailed, TableCalls, TableSettings
+from kinesis.lease_loop.table.model import (
     SHARD_END,
     TRIM_HORIZON,
     Checkpoint,
@@ -58,12 +71,8 @@ from kinesis.lease_loop.lease_model import (
     TableSnapshot,
     check_lease_key,
 )
-from kinesis.lease_loop.member_rows import MemberRows
-from kinesis.lease_loop.session_rows import SessionRows
-from kinesis.lease_loop.table_calls import ConditionFailed, TableCalls
-from kinesis.lease_loop.table_reads import CorruptRows, TableReads
-from kinesis.lease_loop.table_setup import ensure_table
-from kinesis.lease_loop.write_rules import (
+from kinesis.lease_loop.table.reads import CorruptRows, TableReads
+from kinesis.lease_loop.table.rules import (
     check_member,
     check_pending_checkpoint,
     checkpoint_change,
@@ -74,6 +83,93 @@ from kinesis.lease_loop.write_rules import (
     still_held,
     unchanged_since,
 )
+from kinesis.lease_loop.table.sessions import MemberRows, SessionRows
+from kinesis.lease_loop.timing import MONOTONIC, Clock
+
+log = logging.getLogger(__name__)
+
+class SetupSettings(TableSettings, Protocol):
+    """The table's settings that matter for its set-up."""
+
+    create_if_missing: bool
+    ready_timeout: float
+
+
+def ensure_table(settings: SetupSettings, calls: TableCalls) -> None:
+    """Create the table if missing (PAY_PER_REQUEST), validate its schema, wait for ACTIVE."""
+    description = describe(settings, calls)
+    if description is None:
+        if not settings.create_if_missing:
+            raise LeaseTableNotFoundError(
+                f"lease table {settings.table_name!r} does not exist and create_if_missing is "
+                "False (WorkerConfig(create_table=False)): create it (hash key 'leaseKey', "
+                "type S, e.g. PAY_PER_REQUEST), check the region and endpoint, or allow "
+                "creation"
+            )
+        try:
+            calls.retrying(
+                lambda: settings.client.create_table(
+                    TableName=settings.table_name,
+                    AttributeDefinitions=[{"AttributeName": m.KEY, "AttributeType": "S"}],
+                    KeySchema=[{"AttributeName": m.KEY, "KeyType": "HASH"}],
+                    BillingMode="PAY_PER_REQUEST",
+                )
+            )
+            log.info("created lease table %s", settings.table_name)
+        except botocore.exceptions.ClientError as exc:
+            if error_code(exc) != "ResourceInUseException":  # created concurrently: fine
+                raise
+        description = describe(settings, calls)
+        if description is None:  # pragma: no cover - eventual consistency of DescribeTable
+            description = {"TableStatus": "CREATING", "KeySchema": [], "AttributeDefinitions": []}
+    check_schema(settings.table_name, description)
+    if description.get("TableStatus") not in ("ACTIVE", "UPDATING"):
+        wait_active(settings, calls)
+
+
+def describe(settings: TableSettings, calls: TableCalls) -> dict[str, Any] | None:
+    """DescribeTable's ``Table``, ``None`` if there is no such table."""
+    try:
+        response = calls.retrying(lambda: settings.client.describe_table(TableName=settings.table_name))
+    except LeaseTableNotFoundError:
+        return None
+    return dict(response["Table"])
+
+
+def check_schema(table_name: str, description: Mapping[str, Any]) -> None:
+    """Raise :class:`LeaseTableSchemaError` unless the key is exactly one hash key ``leaseKey`` (S)."""
+    keys = [(k.get("AttributeName"), k.get("KeyType")) for k in description.get("KeySchema", [])]
+    types = {a.get("AttributeName"): a.get("AttributeType") for a in description.get("AttributeDefinitions", [])}
+    if keys != [(m.KEY, "HASH")] or types.get(m.KEY) != "S":
+        raise LeaseTableSchemaError(
+            f"table {table_name!r} has key schema {keys} with types {types}, but a lease "
+            f"table needs exactly one hash key {m.KEY!r} of type S (and no range key): "
+            "use another table name or recreate the table"
+        )
+
+
+def wait_active(settings: SetupSettings, calls: TableCalls) -> None:
+    """Poll the table's status until ACTIVE (or UPDATING), at most ``ready_timeout`` seconds."""
+
+    def status() -> str:
+        d = describe(settings, calls)
+        return str(d.get("TableStatus")) if d else "MISSING"
+
+    retrying = Retrying(
+        retry=retry_if_result(lambda s: s not in ("ACTIVE", "UPDATING", "DELETING")),
+        wait=wait_exponential(multiplier=0.1, max=2.0),
+        stop=stop_after_delay(settings.ready_timeout),
+        retry_error_callback=lambda state: "TIMEOUT",
+    )
+    final = retrying(status)
+    if final == "DELETING":
+        raise LeaseTableNotReadyError(f"lease table {settings.table_name!r} is being deleted")
+    if final not in ("ACTIVE", "UPDATING"):
+        raise LeaseTableNotReadyError(
+            f"lease table {settings.table_name!r} did not become ACTIVE within "
+            f"{settings.ready_timeout:g} s (last status {final}); retry later or raise ready_timeout"
+        )
+
 
 _KEEP: Any = object()
 
@@ -219,7 +315,7 @@ class LeaseTable:
 
     def renew_session(self, member_id: str, token: str, previous: int | None, *, plan_version: int = 0,
                       handled: frozenset[str] = frozenset()) -> SessionRow:
-        """Renew member ``member_id``'s session (see :mod:`~kinesis.lease_loop.session_rows`)."""
+        """Renew member ``member_id``'s session (see :mod:`~kinesis.lease_loop.table.sessions`)."""
         return self._sessions.renew(member_id, token, previous, plan_version=plan_version, handled=handled)
 
     def has_session(self, member_id: str) -> bool:

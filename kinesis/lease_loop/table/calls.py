@@ -26,11 +26,11 @@ from kinesis.errors import (
     access_denied_message,
     is_access_denied,
 )
-from kinesis.lease_loop import lease_model as m
-from kinesis.lease_loop.write_rules import CONDITION_NAMES
+from kinesis.lease_loop.table import model as m
+from kinesis.lease_loop.table.rules import CONDITION_NAMES
 
-log = logging.getLogger("kinesis.lease_loop.leases")
-"""The lease table's one logger, named after :mod:`kinesis.lease_loop.leases` (its users' name for it)."""
+log = logging.getLogger(__name__)
+"""The lease table's one logger, named after :mod:`kinesis.lease_loop.table.leases` (its users' name for it)."""
 
 T = TypeVar("T")
 
@@ -163,7 +163,7 @@ class TableCalls:
 
     def delete(self, key: str, *, condition: str, values: Mapping[str, Any]) -> bool:
         """A conditional DeleteItem of row ``key`` (``#name`` placeholders of
-        :data:`~kinesis.lease_loop.write_rules.CONDITION_NAMES`); False if the condition failed."""
+        :data:`~kinesis.lease_loop.table.rules.CONDITION_NAMES`); False if the condition failed."""
         names = {p: CONDITION_NAMES[p] for p in re.findall(r"#\w+", condition)}
         try:
             self.write(

@@ -37,10 +37,10 @@ from botocore.exceptions import ClientError
 
 from kinesis.aws_errors import error_code
 from kinesis.errors import CorruptLeaseError, KinesisHashRingError
-from kinesis.lease_loop import lease_model as m
-from kinesis.lease_loop.leases import LeaseTable
+from kinesis.lease_loop.table import model as m
+from kinesis.lease_loop.table.leases import LeaseTable
 
-log = logging.getLogger("kinesis.lease_loop.manifest_store")
+log = logging.getLogger(__name__)
 
 PREFIX = "__manifest__#"
 CHUNK_BYTES = 350_000

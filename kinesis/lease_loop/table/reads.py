@@ -7,14 +7,17 @@ Rows that cannot be parsed are reported (logged once per key and reason, kept in
 from __future__ import annotations
 
 import functools
+import logging
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Protocol
 
 from kinesis.errors import CorruptLeaseError, LeaseTableUnavailableError
-from kinesis.lease_loop import lease_model as m
-from kinesis.lease_loop.clock import Clock
-from kinesis.lease_loop.lease_model import Lease, MemberRow, SessionRow, TableSnapshot
-from kinesis.lease_loop.table_calls import TableCalls, TableSettings, log
+from kinesis.lease_loop.table import model as m
+from kinesis.lease_loop.table.calls import TableCalls, TableSettings
+from kinesis.lease_loop.table.model import Lease, MemberRow, SessionRow, TableSnapshot
+from kinesis.lease_loop.timing import Clock
+
+log = logging.getLogger(__name__)
 
 BATCH_GET_KEYS = 100
 """Keys per BatchGetItem request (DynamoDB's limit)."""
