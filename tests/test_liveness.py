@@ -13,7 +13,9 @@ from typing import Any
 
 import pytest
 
+from kinesis.errors import KinesisHashRingError
 from kinesis.lease_loop.table.leases import LeaseTable
+from kinesis.lease_loop.table.model import Checkpoint
 from tests.coordinator_fleet import Fleet
 from tests.support.memory_dynamodb import Fault, MemoryDynamoDB
 
@@ -494,3 +496,74 @@ def test_a_backup_take_answered_with_an_error_is_read_until_its_outcome_is_known
     writes.on = False
     limit = ticks(fleet, fleet.lease_duration + fleet.lease_duration / 2) + 2
     rounds_until(fleet, lambda: held_by(fleet, [key], {"a", "b", "c"}), limit=limit)
+
+
+@pytest.mark.parametrize("how", ["plan changed back", "target left"])
+def test_a_hand_off_called_off_resumes_from_the_checkpoint_its_row_has(how: str) -> None:
+    # the listener's last checkpoint before a hand-off was applied but answered with a 500; the
+    # hand-off was then called off (the plan gave the key back, or its target's session row went)
+    # and processing resumed from the holder's last *confirmed* row: records the processor had
+    # checkpointed were delivered again, and its next checkpoints behind the row's were refused
+    # as regressions (fleetsim seed 1835, long profile: sigterm while writes were ambiguous,
+    # then "has no session row any more: keeping k01" twice, records 116-118 redelivered). The
+    # holder confirms the row (one fenced write that recognises its own) before it resumes.
+    memory = MemoryDynamoDB()
+    table = memory_table(memory)
+    fleet = Fleet(table, ["k1", "k2"], ["a"], manual_handoffs=True)
+    fleet.round()
+    fleet.add("b")
+    fleet.start_session("b")
+    fleet.round(["a"])
+    a = fleet.coordinators["a"]
+    (key,) = a.status().pending_handoffs
+    lease = table.get(key)
+    assert lease is not None and lease.checkpoint.is_initial
+    writes = AmbiguousWritesOf(key)
+    memory.faults = writes
+    writes.on = True
+    with pytest.raises(KinesisHashRingError):  # the processor's last checkpoint: applied, then a 500
+        a.checkpoint(key, "42")
+    writes.on = False
+    assert table.get(key).checkpoint == Checkpoint("42")  # type: ignore[union-attr]
+    if how == "plan changed back":
+        fleet.sync_membership(["a"])
+    else:
+        table.delete_session("b", fleet.coordinators["b"]._holder.session)
+    fleet.listeners["a"].finish(key)
+    fleet.round(["a"])
+    assert a.holds(key) and a.counters["handoffs_resumed"] == 1
+    member, started, checkpoint = fleet.processing.starts[-1]
+    assert (member, started) == ("a", key)
+    assert checkpoint == Checkpoint("42"), f"resumed from {checkpoint}, the row has 42"
+    a.checkpoint(key, "43")  # not a regression: the holder knows the row
+    assert table.get(key).checkpoint == Checkpoint("43")  # type: ignore[union-attr]
+
+
+def test_a_hand_off_called_off_while_its_row_cannot_be_confirmed_resumes_once_it_can() -> None:
+    # the write that confirms the row before processing resumes is answered with errors too:
+    # nothing processes the key meanwhile, and a later round resumes from the row's checkpoint
+    memory = MemoryDynamoDB()
+    table = memory_table(memory)
+    fleet = Fleet(table, ["k1", "k2"], ["a"], manual_handoffs=True)
+    fleet.round()
+    fleet.add("b")
+    fleet.start_session("b")
+    fleet.round(["a"])
+    a = fleet.coordinators["a"]
+    (key,) = a.status().pending_handoffs
+    writes = AmbiguousWritesOf(key)
+    memory.faults = writes
+    writes.on = True
+    with pytest.raises(KinesisHashRingError):
+        a.checkpoint(key, "42")
+    fleet.sync_membership(["a"])
+    fleet.listeners["a"].finish(key)
+    starts = len(fleet.processing.starts)
+    hits = writes.hits
+    fleet.round(["a"])
+    assert writes.hits > hits, "a tried to confirm the row"
+    assert not a.holds(key) and len(fleet.processing.starts) == starts and a.counters["handoffs_resumed"] == 0
+    writes.on = False
+    fleet.round(["a"])
+    assert a.holds(key) and a.counters["handoffs_resumed"] == 1
+    assert fleet.processing.starts[-1] == ("a", key, Checkpoint("42"))

@@ -579,6 +579,47 @@ class LeaseHolder:
             self.count(counter)
             return new
 
+    def confirm(self, key: str, h: Held) -> bool | None:
+        """Make ``h.lease`` the row as the table has it, before its processing starts again (a
+        hand-off called off). ``h.lease`` is the row as this member's last *confirmed* write
+        left it; a write answered with an error since (a checkpoint its listener wrote before
+        it stopped, most often) may have been applied, so the row may be ahead: a processor
+        started from ``h.lease.checkpoint`` would deliver again records it had checkpointed,
+        and its next checkpoints would be refused as regressions. So, only after such a write,
+        write the lease again (fenced, recognising its own applied writes by their tokens):
+        what it returns is the row. True once ``h.lease`` is the row; False if the lease was
+        lost (forgotten; its listener already stopped); None if the write failed too (the
+        caller tries again later)."""
+        with h.lock:
+            if h.gone:
+                return False
+            if not h.unconfirmed:
+                return True  # only this holder writes the row: it is as its last write left it
+            if not self._valid(h, self._clock()):  # late: this write renews the session too
+                self.refresh_session()
+            stamp = self.stamp()
+            token = uuid.uuid4().hex
+            try:
+                h.lease = self.table.renew(h.lease, session=self.session, leased=self.chain_alive(), token=token,
+                                           prior_token=h.unconfirmed)
+            except LeaseLostError as exc:
+                log.warning("%s: lost lease %s (another member took it): %s", self._me, key, exc)
+                self.count("leases_lost")
+                h.gone = True
+                self.forget(key, h)
+                return False
+            except KinesisHashRingError as exc:
+                h.unconfirmed = (*h.unconfirmed, token)
+                self.count("renew_failures")
+                log.warning("%s: could not confirm %s before processing it again (retried): %s",
+                            self._me, key, exc)
+                return None
+            h.unconfirmed = ()
+            h.valid_until = stamp + self._timing.validity
+            h.epoch = self._chain_of(stamp)
+            self.count("renewals")
+            return True
+
     def release(self, key: str) -> bool:
         """Give up a held lease now; False if it was not held. A release the table does not
         answer is tried again every tick (the row names this member's live session)."""

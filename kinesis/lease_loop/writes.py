@@ -16,8 +16,9 @@ where each belongs and whether a hand-off may start now; starting one asks the l
 being renewed (past ``handoff_timeout`` too, which only logs); then one conditional write
 passes the lease, with its checkpoint, to the planned owner, or releases it
 (:meth:`Handoffs.complete`, also called between rounds as soon as a listener is done). If
-by then the plan gives the key back to this member, the listener is told
-``on_lease_acquired`` again instead.
+by then the plan gives the key back to this member (or the target's session row went), the
+listener is told ``on_lease_acquired`` again instead, with the row as the table has it (a
+write of it answered with an error may have been applied: :meth:`LeaseHolder.confirm`).
 """
 
 from __future__ import annotations
@@ -204,7 +205,7 @@ class Handoffs:
         writes: list[tuple[str, Held, str | None]] = []
         for key, h, target in ready:
             if target == self._me:  # the plan changed back: resume processing
-                if self._resume(h):
+                if self._resume(key, h) is not False:
                     continue
                 target = None
             writes.append((key, h, target))
@@ -215,12 +216,23 @@ class Handoffs:
             elif gone is None and target is not None:  # the target's session row went: keep it
                 log.info("%s: %s has no session row any more: keeping %s", self._me, target, key)
                 self._absent(target)
-                if not self._resume(h):
+                if self._resume(key, h) is False:
                     self._holder.drop(key, h)
         raise_first(done)
 
-    def _resume(self, h: Held) -> bool:
-        """Call a hand-off off and process the lease again; False if the listener refused."""
+    def _resume(self, key: str, h: Held) -> bool | None:
+        """Call a hand-off off and process the lease again, from the checkpoint its row has
+        (:meth:`LeaseHolder.confirm`: a checkpoint answered with an error may have been
+        applied); True once resumed (or the lease turned out lost: nothing to resume), False if
+        the listener refused, None if the row could not be confirmed (the hand-off stays,
+        done, and the next round tries again; meanwhile nothing processes the lease)."""
+        confirmed = self._holder.confirm(key, h)
+        if confirmed is None:
+            if h.handoff is not None:
+                h.handoff.failed = True
+            return None
+        if not confirmed:
+            return True
         self._holder.begin_handoff(h, None)
         self._holder.count("handoffs_resumed")
         return self._listener.call("on_lease_acquired", h.lease)
