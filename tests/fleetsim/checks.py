@@ -174,10 +174,11 @@ class Checker:
 
     def _check_publishes(self) -> None:
         """The plan is published about once per change of the fleet, not over and over while
-        members disagree: at most 2 + (changes of the member list and disturbances in the last
-        3 lease durations) versions within any 2 lease durations, and at most 4 times a member
-        publishing over another member's version in any 20 lease durations without a change of
-        the member list in between (two members that both own the chore in their own lists).
+        members disagree: at most 2 + (changes of the member list, moments a member's lagging
+        list moved without it, and disturbances in the last 3 lease durations) versions within
+        any 2 lease durations, and at most 4 times a member publishing over another member's
+        version in any 20 lease durations without a change of the member list in between (two
+        members that both own the chore in their own lists).
         A session scenario's list changes are its versions in the table; there are at most 2 +
         one per member started or stopped + two per disturbance of them (a list kept by its
         members does not flap either)."""
@@ -191,7 +192,12 @@ class Checker:
                       "members started or stopped, two per disturbance)")
             return
         truth = [t for t, _ in world._truth[1:]] + self.list_changes
-        changes = truth + [e.at for e in world.scenario.events]
+        events = [e.at for e in world.scenario.events]
+        # a lagging list that moves (its lag ended) changes the list its member plans with: the
+        # chore's owner publishes then, as at any change (once a moment: an event's own refresh
+        # of it is that disturbance)
+        lagging = sorted(set(world.view_moves) - set(events))
+        changes = truth + events + lagging
         for i, (at, _) in enumerate(self.publishes):
             recent = [t for t, _ in self.publishes[: i + 1] if t > at - 2 * d]
             allowed = 2 + sum(1 for t in changes if at - 3 * d <= t <= at)

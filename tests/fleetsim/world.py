@@ -224,6 +224,10 @@ class World:
         self.members: dict[str, SimMember] = {}
         self.listed: set[str] = set()
         self._truth: list[tuple[float, tuple[str, ...]]] = [(-math.inf, ())]
+        self.view_moves: list[float] = []
+        """Moments a running member's lagging list moved while the list itself did not (its lag
+        ended, or an event refreshed it mid-lag): a change of the member list for that member,
+        like the changes in ``_truth`` are for the others."""
         self.stream = SimStream(scenario.keys, RECORDS_PER_SECOND) if scenario.provider == "worker" else None
         self.keys = [f"k{i:02d}" for i in range(scenario.keys)] if self.stream is None else []
         self.tenures: list[Tenure] = []
@@ -270,9 +274,14 @@ class World:
         return self._truth[max(i, 0)][1]
 
     def refresh_views(self) -> None:
+        moved = False
         for m in self.members.values():
             if isinstance(m.membership, StaticMembership):  # a SessionMembership keeps its own list
+                version = m.membership.version
                 m.membership.set_members(self.view_of(m) or (NOBODY,))
+                moved |= m.alive and not m.legacy and m.membership.version != version
+        if moved and self._truth[-1][0] != self.now:  # (a move with the list's own change is that change)
+            self.view_moves.append(self.now)
 
     # --- members ---------------------------------------------------------------------
 
