@@ -71,9 +71,10 @@ class Parts:
 
 
 def parts(me: str = "a", *, reads: str = "scan", members: Iterable[str] = ("a", "b"),
-          rows: Mapping[str, Lease] | None = None, membership: StaticMembership | None = None) -> Parts:
+          rows: Mapping[str, Lease] | None = None, membership: StaticMembership | None = None,
+          table: MemoryTable | None = None) -> Parts:
     clock = FakeClock(100.0)
-    table = MemoryTable(rows or {})
+    table = table if table is not None else MemoryTable(rows or {})
     settings = CoordinatorSettings(
         timing=TIMING, replicas=1, write_threads=1, max_concurrent_handoffs=2, reads=reads,
         sweep_interval=SWEEP, backup_check_interval=TIMING.lease_duration / 2, weights=None,
@@ -178,3 +179,64 @@ def test_a_scoped_light_round_with_nothing_to_read_reads_nothing_a_tick_reads_on
     view = p.reads.read(full=True)
     assert view is not None and p.table.gets == [{KEYS[0]}]  # proof the table is reachable
     assert p.record.last_table_read_at == 101.0
+
+
+class StaleSessions(MemoryTable):
+    """Eventually consistent reads of a session row answer from stale replicas: the versions
+    queued in ``stale`` (member -> rows, None: no row yet), one a read; strongly consistent
+    reads answer the current row."""
+
+    def __init__(self, rows: Mapping[str, Lease]):
+        super().__init__(rows)
+        self.stale: dict[str, list[SessionRow | None]] = {}
+        self.consistent_gets: list[set[str]] = []
+
+    def read_round(self, keys: Iterable[str], members: Iterable[str], raw: Iterable[str], *,
+                   consistent: bool = False
+                   ) -> tuple[dict[str, Lease | None], dict[str, SessionRow | None], dict[str, dict[str, Any]]]:
+        rows, sessions, extra = super().read_round(keys, members, raw, consistent=consistent)
+        if consistent:
+            self.consistent_gets.append(set(sessions))
+            return rows, sessions, extra
+        for member in sessions:
+            if self.stale.get(member):
+                sessions[member] = self.stale[member].pop(0)
+        return rows, sessions, extra
+
+
+def test_stale_reads_of_a_watched_session_row_neither_restart_nor_end_its_timer() -> None:
+    """A member that left deleted its session row, but replicas that missed the deletion keep
+    answering its old row now and then: each such read is read again, strongly consistent, so
+    the tombstone's timer (its leases' expiry) is not restarted by every flip. Stale reads of a
+    live session (no row yet, an older counter) do not end or restart its timer either."""
+    table = StaleSessions({})
+    p = parts("b", reads="scoped", members=("a", "b"), table=table)
+    obs = p.reads._obs
+    p.reads.read(full=True)  # the start-up sweep
+    table.sessions["a"] = SessionRow("a", "t1", 5)
+    rounds = 0
+    while "a" not in obs.sessions:
+        p.clock.advance(TIMING.scan_interval)
+        p.reads.read(full=False)
+        rounds += 1
+        assert rounds < 50
+    alive = obs.sessions["a"]
+    assert (alive.token, alive.counter) == ("t1", 5)
+    table.stale["a"] = [None, SessionRow("a", "t1", 4)] * 10  # a replica without it, one a renewal behind
+    for _ in range(20):
+        p.clock.advance(TIMING.scan_interval)
+        p.reads.read(full=False)
+    assert (obs.sessions["a"].token, obs.sessions["a"].since) == ("t1", alive.since)  # timed from its last renewal
+    assert table.consistent_gets  # the stale answers were read again
+    del table.sessions["a"]  # it left
+    table.stale["a"] = []
+    while obs.sessions["a"].token is not None:
+        p.clock.advance(TIMING.scan_interval)
+        p.reads.read(full=False)
+    gone = obs.sessions["a"]
+    table.stale["a"] = [SessionRow("a", "t1", 5), None, SessionRow("a", "t1", 4), None] * 10
+    for _ in range(40):
+        p.clock.advance(TIMING.scan_interval)
+        p.reads.read(full=False)
+    assert obs.sessions["a"].token is None
+    assert (obs.sessions["a"].since, obs.sessions["a"].token_since) == (gone.since, gone.token_since)

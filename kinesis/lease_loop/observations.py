@@ -95,14 +95,22 @@ class Observations:
         eventually consistent read from a stale replica). Such a read is no news: the caller
         reads them again, strongly consistent, instead of restarting their timers (stale reads
         that restart a timer can postpone a takeover for as long as they keep coming, and a
-        stale read of an offer's row would make its maker forget the offer)."""
+        stale read of an offer's row would make its maker forget the offer).
+
+        A session row read with another token than seen, or none where one was seen, or one
+        where none was seen (a tombstone), may be such a read too: a stale replica from
+        before the row was written, or from before it was replaced or deleted (so a session
+        that left keeps coming back, with an old counter, from replicas that missed its
+        deletion: each flip would restart the timers of its leases and postpone their takeover
+        for as long as the flips keep coming). Those are read again, strongly consistent, too:
+        a token change (a start, a restart, a leave) counts only once a consistent read shows it."""
         floors = {k: s.counter for k, s in self.seen.items() if s.counter is not None}
         for key, counter in (written or {}).items():
             floors[key] = max(counter, floors.get(key, counter))
         keys = [k for k, lease in rows.items() if (floor := floors.get(k)) is not None
                 and (lease is None or lease.counter < floor)]
-        members = [m for m, row in sessions.items() if row is not None and (s2 := self.sessions.get(m)) is not None
-                   and s2.token is not None and s2.token == row.token and row.counter < s2.counter]
+        members = [m for m, row in sessions.items() if (s2 := self.sessions.get(m)) is not None
+                   and _session_behind(s2, row)]
         return keys, members
 
     def timers(self, rows: Mapping[str, Lease], keys: Iterable[str]) -> dict[str, Seen]:
@@ -164,3 +172,13 @@ class Observations:
     def _set(self, suspicions: Suspicions) -> None:
         self.suspicions = suspicions
         self.suspect_ids = tuple(sorted(suspicions.suspects))
+
+
+def _session_behind(seen: SessionSeen, row: SessionRow | None) -> bool:
+    """Whether a session row read eventually consistent may be older than ``seen`` (see
+    :meth:`Observations.behind`): an older counter of the same token, or another token (or
+    none) than seen: read it again, strongly consistent, before it counts."""
+    token = row.token if row is not None else None
+    if token != seen.token:
+        return True
+    return row is not None and row.counter < seen.counter

@@ -456,8 +456,9 @@ class RoundReads:
         if self._s.reads == "scoped" and not self._sweep_due():
             return self._scoped_round(full=full)
         # scoped reads sweep eventually consistent (every write is conditional on what it read)
-        snapshot = self._holder.table.scan(consistent=self._s.reads == "scan")
-        snapshot = self._fresh_snapshot(snapshot)
+        consistent = self._s.reads == "scan"
+        snapshot = self._holder.table.scan(consistent=consistent)
+        snapshot = self._fresh_snapshot(snapshot, consistent=consistent)
         self.last_full = snapshot
         self._scoped.swept(self._clock())
         self._record.table_read()
@@ -571,9 +572,15 @@ class RoundReads:
             written[key] = max(counter, written.get(key, counter))
         return written
 
-    def _fresh_snapshot(self, snapshot: TableSnapshot) -> TableSnapshot:
-        """A sweep's snapshot with its stale rows read again (see :meth:`_fresh`)."""
-        keys, members = self._obs.behind(snapshot.leases, snapshot.sessions, self._written())
+    def _fresh_snapshot(self, snapshot: TableSnapshot, *, consistent: bool) -> TableSnapshot:
+        """A sweep's snapshot with its stale rows read again (see :meth:`_fresh`); read
+        eventually consistent (a sweep), also its session rows (those seen and missing from it
+        too: a stale replica may not have them yet)."""
+        sessions_read: Mapping[str, SessionRow | None] = {}
+        if not consistent:
+            sessions_read = {**{m: None for m, s in self._obs.sessions.items()
+                                if s.token is not None and m not in snapshot.sessions}, **snapshot.sessions}
+        keys, members = self._obs.behind(snapshot.leases, sessions_read, self._written())
         if not keys and not members:
             return snapshot
         rows, sessions = self._holder.table.read_rows(keys, members, consistent=True)
