@@ -140,6 +140,28 @@ def test_a_corrupt_list_is_replaced_by_the_next_change() -> None:
     fleet.until(lambda: everyone_lists(fleet, ["a", "b", "c"]), limit=8)
 
 
+def test_a_lost_head_is_published_again_so_a_member_told_of_its_last_version_catches_up() -> None:
+    # d joins and tells the others on their session rows, then the head is deleted before they
+    # read it: they were told of a version no head holds any more, and before the fix nobody
+    # rebuilt a missing head (only the next change would have), so a, b and c planned without d
+    # for good while d planned with itself, and the plan flapped between the two lists
+    fleet = Fleet(["a", "b", "c"])
+    fleet.until(lambda: everyone_lists(fleet, ["a", "b", "c"]) and balanced(fleet), limit=20)
+    fleet.add("d").tick()  # publishes the list with itself added
+    assert fleet.coordinators["d"].membership.members() == ("a", "b", "c", "d")
+    head_key = fleet.coordinators["a"].membership.head_key  # type: ignore[attr-defined]
+    fleet.memory.delete_item(TableName=fleet.table.table_name, Key={"leaseKey": {"S": head_key}})
+    fleet.clock.advance(D / 3)
+    # the next head read of a member that knows a version (backup_check_interval: D / 2)
+    # publishes what it knows again; everyone reads that version at its next renewal
+    rounds = fleet.until(lambda: everyone_lists(fleet, ["a", "b", "c", "d"]), limit=int(2 * D / (D / 3)))
+    assert rounds * D / 3 <= D / 2 + 2 * D / 3, rounds  # a head read, then a round either side
+    store = fleet.coordinators["a"].membership.store  # type: ignore[attr-defined]
+    head = store.head(consistent=True)
+    assert head is not None and decode(store.read(head), head_key) == ("a", "b", "c", "d")
+    fleet.until(lambda: balanced(fleet), limit=int(4 * D / (D / 3)))
+
+
 @pytest.mark.parametrize("members", [(), ("a",), ("a", "b", "c")])
 def test_the_list_encodes_and_decodes(members: tuple[str, ...]) -> None:
     assert decode(encode(members), "here") == members

@@ -66,7 +66,9 @@ every ``backup_check_interval`` its coordinator reads the head anyway (in the sa
 BatchGetItem request as the session rows it samples when there are any). The chunks are read
 only when the version moves. So a member list costs O(members) per change and nothing in
 steady state: no table scan at all, whatever the number of shards. Racing changes retry on the new head (each change is
-applied to whatever list the head holds). The list is advice, like every plan: safety rests
+applied to whatever list the head holds). A head that is unreadable, or gone (deleted) once a
+member has read a version, is published again by the first member to read it, from what that
+member knows; the others merge in what they know if it holds less. The list is advice, like every plan: safety rests
 on the conditional lease writes, so a stale list costs time, never a lease.
 """
 
@@ -212,9 +214,10 @@ class SessionMembership:
         self._change(drop=member)
 
     def observe_head(self, item: Mapping[str, Any] | None) -> None:
-        """The head row as read with the round's session samples (None: no head yet): read the
-        list if its version moved."""
+        """The head row as read with the round's session samples (None: no head): read the
+        list if its version moved; rebuild it if it was lost (:meth:`_rebuild_lost`)."""
         if item is None:
+            self._rebuild_lost()
             return
         try:
             head = self.store.head_of(dict(item))
@@ -255,11 +258,28 @@ class SessionMembership:
             log.warning("%s: could not repair the member list (next time): %s", self._self_id, exc)
 
     def refresh(self) -> tuple[str, ...]:
-        """Read the head (consistent) and the list if it moved; the members."""
+        """Read the head (consistent) and the list if it moved (rebuilt if lost); the members."""
         head = self._head()
         if head is not None:
             self._follow(head)
+        else:
+            self._rebuild_lost()
         return self.members()
+
+    def _rebuild_lost(self) -> None:
+        """No head where this member has read a version: it was lost (deleted, or unreadable:
+        :meth:`_head`), so publish again what this member knows, past that version. Waiting
+        for the next change instead strands every member that was told of the last version
+        but had not read it yet on the list before it, for good. :meth:`_change` reads the
+        head again (consistent, so a stale replica's miss publishes nothing) and every
+        rebuild is conditional on the head it read: one member wins, the others merge in
+        what they know if it holds less (:meth:`_behind`), so the list converges on what
+        the members last knew within a head read of each (``backup_check_interval``)."""
+        if self.known_version == 0 or self._left:
+            return  # no version read yet: nothing lost (a fleet starting); a leaver stays out
+        log.warning("%s: the member list's head is gone or unreadable (it knew version %d): publishing what it knows",
+                    self._self_id, self.known_version)
+        self._repair()
 
     # --- internals --------------------------------------------------------------------
 
@@ -267,7 +287,7 @@ class SessionMembership:
         try:
             return self.store.head(consistent=True)
         except ManifestCorruptError:
-            return None  # replaced by the next change
+            return None  # rebuilt by the caller (:meth:`_rebuild_lost`)
 
     def _read(self, head: ManifestHead) -> None:
         members = decode(self.store.read(head), self.store.head_key) if head.chunks else ()

@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kinesis.lease_loop.membership import DOCUMENT as MEMBERS_DOCUMENT
+from kinesis.lease_loop.membership import SessionMembership
 from kinesis.lease_loop.membership import decode as decode_members
 from kinesis.lease_loop.table.manifests import (
     ManifestConflictError,
@@ -226,8 +227,8 @@ class Checker:
 
     def _check_member_list(self) -> None:
         """A session scenario's member list ends as the members running then, in every running
-        member's view and in the table (unless its head is missing or unreadable: the members
-        keep the list they know, and the next change publishes it again): each running member
+        member's view and in the table (a missing or unreadable head is published again by the
+        first member to read it, :meth:`_check_shared_rows`): each running member
         listed itself (again, if it was removed while it could not renew its session), and
         every member gone was removed (by itself, or by its watcher)."""
         world = self.world
@@ -263,6 +264,9 @@ class Checker:
         members_head = world.memory.peek(MEMBERS_HEAD) if world.scenario.membership == "session" else None
         if members_head is not None and not all(k in members_head for k in ("version", "digest", "owner", "counter")):
             self.fail(f"the member list's head is still unreadable at the end: {members_head}")
+        if (world.scenario.membership == "session" and members_head is None
+                and any(isinstance(m.membership, SessionMembership) and m.membership.known_version for m in scoped)):
+            self.fail("the member list's head is still missing at the end (members had read a version)")
         if world.scenario.provider == "worker":  # the shard manifest's heads, likewise
             for key in sorted(k for k in world.memory.items() if k.startswith("__manifest__#shards") and k.count("#") == 1):
                 item = world.memory.peek(key)
