@@ -41,6 +41,24 @@ def test_a_session_is_renewed_under_its_token_and_a_second_process_is_named(tabl
     assert again.token != "t2" and again.counter == 1
 
 
+def test_a_new_session_started_by_a_renewal_answered_with_an_error_is_still_this_process(
+        table: LeaseTable, aws: LocalAWS) -> None:
+    # fleetsim seed 7013 (session membership): m1's row was deleted while it was throttled; its
+    # next renewal started a new session, applied but answered with an error, so m1 still knew
+    # its old token; the renewal after found the new token and m1 refused to run, taking itself
+    # for a duplicate id (keys handed to it then waited for nobody). A token this process minted
+    # is its own.
+    table.renew_session("a", "t1", None)
+    assert table.delete_session("a", "t1")
+    started = table.renew_session("a", "t1", 1)  # a new session: its answer is lost in the seed
+    assert started.token != "t1"
+    again = table.renew_session("a", "t1", 1)
+    assert (again.token, again.replayed) == (started.token, True)
+    other_process = LeaseTable.open(aws.client("dynamodb"), "sessions-test")
+    with pytest.raises(DuplicateMemberIdError):  # another process's session is still refused
+        other_process.renew_session("a", "t9", 7)
+
+
 def test_a_session_row_records_the_plan_version_its_member_plans_from(table: LeaseTable) -> None:
     assert table.renew_session("a", "t1", None, plan_version=4) == SessionRow("a", "t1", 1, 4)
     assert table.renew_session("a", "t1", 1, plan_version=5) == SessionRow("a", "t1", 2, 5)

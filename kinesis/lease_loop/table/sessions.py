@@ -40,6 +40,9 @@ class SessionRows:
 
     def __init__(self, calls: TableCalls):
         self.calls = calls
+        self._minted: dict[str, set[str]] = {}
+        """Member -> the tokens this process started sessions under after its row was deleted
+        (a start answered with an error may have been applied: its token is still this process's)."""
 
     def renew(self, member_id: str, token: str, previous: int | None, *, plan_version: int = 0,
               handled: frozenset[str] = frozenset()) -> SessionRow:
@@ -83,9 +86,14 @@ class SessionRows:
             other = _token(current)
             if current is None or other is None:  # deleted (or overwritten with something that is
                 # no session row) meanwhile: start a new session (a token never comes back)
-                return self.renew(member_id, uuid.uuid4().hex, None, plan_version=plan_version)
-            if other == token and current.get(m.COUNTER, {}).get("N") == str(previous + 1):
-                return replace(m.session_from_item(current), replayed=True)  # an earlier attempt was applied
+                fresh = uuid.uuid4().hex
+                self._minted.setdefault(member_id, set()).add(fresh)
+                return self.renew(member_id, fresh, None, plan_version=plan_version)
+            if other == token or other in self._minted.get(member_id, ()):  # this process's own token
+                # (a uuid4 of this session, or of a new one it started): never another process's
+                # the condition failed on the counter: earlier attempts answered with an error were
+                # applied (one or more: each a renewal of this session), so the row is ours as it is
+                return replace(m.session_from_item(current), replayed=True)
             raise DuplicateMemberIdError(
                 f"member id {member_id!r} has a session in another process (token {other}, this "
                 f"one {token}): every member needs a unique id (e.g. the pod name); this process "
