@@ -498,6 +498,28 @@ def test_a_backup_take_answered_with_an_error_is_read_until_its_outcome_is_known
     rounds_until(fleet, lambda: held_by(fleet, [key], {"a", "b", "c"}), limit=limit)
 
 
+def handing_off_after_an_ambiguous_checkpoint() -> tuple[Fleet, LeaseTable, str, AmbiguousWritesOf]:
+    """Member a hands one of its two keys to b (manual hand-offs: pending until finished), and
+    its processor's last checkpoint ("42") is applied but answered with an error; ambiguous
+    writes of the key stay on."""
+    memory = MemoryDynamoDB()
+    table = memory_table(memory)
+    fleet = Fleet(table, ["k1", "k2"], ["a"], manual_handoffs=True)
+    fleet.round()
+    fleet.add("b")
+    fleet.start_session("b")
+    fleet.round(["a"])
+    (key,) = fleet.coordinators["a"].status().pending_handoffs
+    lease = table.get(key)
+    assert lease is not None and lease.checkpoint.is_initial
+    writes = AmbiguousWritesOf(key)
+    memory.faults = writes
+    writes.on = True
+    with pytest.raises(KinesisHashRingError):  # the processor's last checkpoint: applied, then a 500
+        fleet.coordinators["a"].checkpoint(key, "42")
+    return fleet, table, key, writes
+
+
 @pytest.mark.parametrize("how", ["plan changed back", "target left"])
 def test_a_hand_off_called_off_resumes_from_the_checkpoint_its_row_has(how: str) -> None:
     # the listener's last checkpoint before a hand-off was applied but answered with a 500; the
@@ -507,22 +529,8 @@ def test_a_hand_off_called_off_resumes_from_the_checkpoint_its_row_has(how: str)
     # as regressions (fleetsim seed 1835, long profile: sigterm while writes were ambiguous,
     # then "has no session row any more: keeping k01" twice, records 116-118 redelivered). The
     # holder confirms the row (one fenced write that recognises its own) before it resumes.
-    memory = MemoryDynamoDB()
-    table = memory_table(memory)
-    fleet = Fleet(table, ["k1", "k2"], ["a"], manual_handoffs=True)
-    fleet.round()
-    fleet.add("b")
-    fleet.start_session("b")
-    fleet.round(["a"])
+    fleet, table, key, writes = handing_off_after_an_ambiguous_checkpoint()
     a = fleet.coordinators["a"]
-    (key,) = a.status().pending_handoffs
-    lease = table.get(key)
-    assert lease is not None and lease.checkpoint.is_initial
-    writes = AmbiguousWritesOf(key)
-    memory.faults = writes
-    writes.on = True
-    with pytest.raises(KinesisHashRingError):  # the processor's last checkpoint: applied, then a 500
-        a.checkpoint(key, "42")
     writes.on = False
     assert table.get(key).checkpoint == Checkpoint("42")  # type: ignore[union-attr]
     if how == "plan changed back":
@@ -542,20 +550,8 @@ def test_a_hand_off_called_off_resumes_from_the_checkpoint_its_row_has(how: str)
 def test_a_hand_off_called_off_while_its_row_cannot_be_confirmed_resumes_once_it_can() -> None:
     # the write that confirms the row before processing resumes is answered with errors too:
     # nothing processes the key meanwhile, and a later round resumes from the row's checkpoint
-    memory = MemoryDynamoDB()
-    table = memory_table(memory)
-    fleet = Fleet(table, ["k1", "k2"], ["a"], manual_handoffs=True)
-    fleet.round()
-    fleet.add("b")
-    fleet.start_session("b")
-    fleet.round(["a"])
+    fleet, _table, key, writes = handing_off_after_an_ambiguous_checkpoint()
     a = fleet.coordinators["a"]
-    (key,) = a.status().pending_handoffs
-    writes = AmbiguousWritesOf(key)
-    memory.faults = writes
-    writes.on = True
-    with pytest.raises(KinesisHashRingError):
-        a.checkpoint(key, "42")
     fleet.sync_membership(["a"])
     fleet.listeners["a"].finish(key)
     starts = len(fleet.processing.starts)
