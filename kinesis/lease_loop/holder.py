@@ -508,22 +508,13 @@ class LeaseHolder:
                 carried = carries and h.epoch == self._epoch and h.lease.state is LeaseState.ACTIVE_SESSION
             if carried:
                 return False
-            stamp = self.stamp()
-            token = uuid.uuid4().hex
-            try:
-                h.lease = self.table.renew(h.lease, session=self.session, leased=carries, token=token,
-                                           prior_token=h.unconfirmed)
-                h.valid_until = stamp + self._timing.validity
-                h.epoch = self._chain_of(stamp)
-                h.unconfirmed = ()
-                self.count("renewals")
+            error = self._rewrite(h, leased=carries)
+            if error is None:
                 return False
-            except LeaseLostError as exc:
-                log.warning("%s: lost lease %s (another member took it): %s", self._me, key, exc)
-            except KinesisHashRingError as exc:
-                h.unconfirmed = (*h.unconfirmed, token)
-                self.count("renew_failures")
-                log.warning("%s: could not renew %s: %s", self._me, key, exc)
+            if isinstance(error, LeaseLostError):
+                log.warning("%s: lost lease %s (another member took it): %s", self._me, key, error)
+            else:
+                log.warning("%s: could not renew %s: %s", self._me, key, error)
                 if self._valid(h, self._clock()):
                     return False
                 log.error("%s: lease %s not renewed in time; dropping it", self._me, key)
@@ -597,28 +588,40 @@ class LeaseHolder:
                 return True  # only this holder writes the row: it is as its last write left it
             if not self._valid(h, self._clock()):  # late: this write renews the session too
                 self.refresh_session()
-            stamp = self.stamp()
-            token = uuid.uuid4().hex
-            try:
-                h.lease = self.table.renew(h.lease, session=self.session, leased=self.chain_alive(), token=token,
-                                           prior_token=h.unconfirmed)
-            except LeaseLostError as exc:
-                log.warning("%s: lost lease %s (another member took it): %s", self._me, key, exc)
+            error = self._rewrite(h, leased=self.chain_alive())
+            if error is None:
+                return True
+            if isinstance(error, LeaseLostError):
+                log.warning("%s: lost lease %s (another member took it): %s", self._me, key, error)
                 self.count("leases_lost")
                 h.gone = True
                 self.forget(key, h)
                 return False
-            except KinesisHashRingError as exc:
-                h.unconfirmed = (*h.unconfirmed, token)
-                self.count("renew_failures")
-                log.warning("%s: could not confirm %s before processing it again (retried): %s",
-                            self._me, key, exc)
-                return None
-            h.unconfirmed = ()
-            h.valid_until = stamp + self._timing.validity
-            h.epoch = self._chain_of(stamp)
-            self.count("renewals")
-            return True
+            log.warning("%s: could not confirm %s before processing it again (retried): %s",
+                        self._me, key, error)
+            return None
+
+    def _rewrite(self, h: Held, *, leased: bool) -> KinesisHashRingError | None:
+        """Write a held lease again (fenced; recognising this holder's own writes answered with
+        an error), under ``h.lock``. None once written (``h`` is the row as the table has it);
+        else the error: a :class:`LeaseLostError`, or a failure whose token joins the
+        unconfirmed ones (it may have been applied)."""
+        stamp = self.stamp()
+        token = uuid.uuid4().hex
+        try:
+            h.lease = self.table.renew(h.lease, session=self.session, leased=leased, token=token,
+                                       prior_token=h.unconfirmed)
+        except LeaseLostError as exc:
+            return exc
+        except KinesisHashRingError as exc:
+            h.unconfirmed = (*h.unconfirmed, token)
+            self.count("renew_failures")
+            return exc
+        h.valid_until = stamp + self._timing.validity
+        h.epoch = self._chain_of(stamp)
+        h.unconfirmed = ()
+        self.count("renewals")
+        return None
 
     def release(self, key: str) -> bool:
         """Give up a held lease now; False if it was not held. A release the table does not
