@@ -61,7 +61,7 @@ the head read. Each change is published by the member it concerns or that notice
 
 Everyone learns of a new version within a tick: the publisher records the version on the
 session row of every member of the old and the new list (one write each, up to
-:data:`TELL_AT_MOST` members), which each member reads in its next renewal's answer; and
+:data:`~.table.sessions.TELL_AT_MOST` members), which each member reads in its next renewal's answer; and
 every ``backup_check_interval`` its coordinator reads the head anyway (in the same
 BatchGetItem request as the session rows it samples when there are any). The chunks are read
 only when the version moves. So a member list costs O(members) per change and nothing in
@@ -98,6 +98,7 @@ from kinesis.lease_loop.table.manifests import (
     ManifestStore,
 )
 from kinesis.lease_loop.table.model import MemberRow, TableSnapshot
+from kinesis.lease_loop.table.sessions import tell_each
 from kinesis.lease_loop.timing import MONOTONIC, Clock
 
 log = logging.getLogger(__name__)
@@ -107,10 +108,6 @@ DOCUMENT = "members"
 FORMAT = 1
 ATTEMPTS = 4
 """Publishes tried per change before the next tick tries again (racing changes)."""
-TELL_AT_MOST = 1000
-"""A publisher tells at most this many members of a new version on their session rows (one
-write each); in larger fleets they find it at their next check of the head."""
-
 
 def encode(members: tuple[str, ...]) -> bytes:
     return json.dumps({"format": FORMAT, "members": list(members)}, separators=(",", ":")).encode()
@@ -348,14 +345,7 @@ class SessionMembership:
         """Tell every member of the old and the new list, on its session row, that the list
         moved: each reads it at its next renewal (a tick) instead of its next check of the
         head. Best effort (errors logged): the head read at each check is the backstop."""
-        if len(members) > TELL_AT_MOST:
-            return
-        for member in members:
-            try:
-                self.table.tell_members_version(member, version)
-            except KinesisHashRingError as exc:
-                log.warning("%s: could not tell %s of member list version %d: %s", self._self_id, member, version, exc)
-                return
+        tell_each(members, self.table.tell_members_version, version, me=self._self_id, what="member list")
 
     @property
     def known_version(self) -> int:

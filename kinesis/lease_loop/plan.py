@@ -67,6 +67,7 @@ from kinesis.lease_loop.table.manifests import (
     ManifestHead,
     ManifestStore,
 )
+from kinesis.lease_loop.table.sessions import tell_each
 
 log = logging.getLogger(__name__)
 
@@ -85,8 +86,6 @@ once its own inputs and that head have both been unchanged this many ticks, doub
 every such overwrite until its inputs change: two members that both own the chore in their
 own member lists take turns at most that often instead of every round."""
 MAX_SETTLE_DOUBLINGS = 4
-TELL_AT_MOST = 1000
-"""A member that rebuilt the head tells at most this many members of it (more: the backstop)."""
 OWNER_RECHECK_TICKS = 10
 """Ticks between two reads of the head by the member that wrote it last (when nothing is
 pending; an unreadable head is then replaced by it or the chore's next owner): one small read."""
@@ -337,7 +336,7 @@ class PublishedPlan:
         ``rebuilt``: the head was missing or unreadable, so these members may plan from a
         baseline nobody can read any more and, with nothing pending, would not read the head
         again before the backstop: each is told the new version on its session row (read at
-        its next renewal: a tick), best effort, at most :data:`TELL_AT_MOST`."""
+        its next renewal: a tick), best effort, at most :data:`~.table.sessions.TELL_AT_MOST`."""
         try:
             written = store.publish(replace(seen, owner=self._me), self._encode(plan)[0])
         except ManifestConflictError:
@@ -347,16 +346,8 @@ class PublishedPlan:
         self._count("plans_published")
         log.info("%s: published plan version %d (%d keys, %d members)", self._me, written.version,
                  len(plan.owners), len(plan.members))
-        if self._tell is not None and len(rebuilt) <= TELL_AT_MOST:
-            for member in rebuilt:
-                if member == self._me:
-                    continue
-                try:
-                    self._tell(member, written.version)
-                except KinesisHashRingError as exc:
-                    log.warning("%s: could not tell %s of plan version %d: %s", self._me, member,
-                                written.version, exc)
-                    break
+        if self._tell is not None:
+            tell_each(rebuilt, self._tell, written.version, me=self._me, what="plan")
         return True
 
     def _adopt(self, head: ManifestHead, plan: Assignment) -> None:

@@ -23,16 +23,41 @@ process with the same member id is noticed (:class:`DuplicateMemberIdError`).
 
 from __future__ import annotations
 
+import logging
 import uuid
+from collections.abc import Callable, Iterable
 from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any
 
-from kinesis.errors import DuplicateMemberIdError
+from kinesis.errors import DuplicateMemberIdError, KinesisHashRingError
 from kinesis.lease_loop.table import model as m
-from kinesis.lease_loop.table.calls import ConditionFailed, TableCalls, log
+from kinesis.lease_loop.table.calls import ConditionFailed, TableCalls
 from kinesis.lease_loop.table.model import MemberRow, SessionRow
 from kinesis.lease_loop.table.rules import attributes_equal, check_member, num
+
+log = logging.getLogger(__name__)
+
+TELL_AT_MOST = 1000
+"""Members told of a new version on their session rows, one write each, at most (more: each
+finds it at its next read of the document's head)."""
+
+
+def tell_each(members: Iterable[str], tell: Callable[[str, int], bool], version: int, *, me: str,
+              what: str) -> None:
+    """Tell each of ``members`` but ``me`` that ``what`` (a document: the member list, the
+    plan) moved to ``version``, with ``tell`` (a session-row write each member reads at its
+    next renewal). Best effort: the first error is logged and ends it (the members' own reads
+    of the head are the backstop); nobody is told past :data:`TELL_AT_MOST` members."""
+    told = [member for member in members if member != me]
+    if len(told) > TELL_AT_MOST:
+        return
+    for member in told:
+        try:
+            tell(member, version)
+        except KinesisHashRingError as exc:
+            log.warning("%s: could not tell %s of %s version %d: %s", me, member, what, version, exc)
+            return
 
 
 class SessionRows:
