@@ -37,7 +37,7 @@ from benchmarks.bench_spark import spark_session  # noqa: E402
 from benchmarks.moto_process import MotoProcess  # noqa: E402
 from benchmarks.report import write_json  # noqa: E402
 from kinesis.errors import LeaseTableNotFoundError  # noqa: E402
-from spark_integration.handover import held_leases  # noqa: E402
+from spark_integration.group import held_leases  # noqa: E402
 
 RESULTS = ROOT / "benchmarks" / "results"
 LEASE_DURATION_S = 10.0

@@ -9,7 +9,19 @@ from __future__ import annotations
 
 from typing import Any
 
+from kinesis.deprecation import alias_modules
+
 __all__ = ["register"]
+
+MOVED_MODULES = {
+    "spark_integration.batch_reader": "spark_integration.readers",
+    "spark_integration.handover": "spark_integration.group",
+    "spark_integration.role_options": "spark_integration.options",
+    "spark_integration.stream_reader": "spark_integration.readers",
+}
+"""Modules of 0.2 and the module each merged into (importable for one release)."""
+
+alias_modules(MOVED_MODULES)
 
 
 def register(spark: Any) -> None:

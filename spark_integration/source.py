@@ -33,12 +33,12 @@ class KinesisDataSource(DataSource):
         return SCHEMA_DDL
 
     def reader(self, schema: Any) -> DataSourceReader:
-        from spark_integration.batch_reader import KinesisBatchReader
+        from spark_integration.readers import KinesisBatchReader
 
         return KinesisBatchReader(parse_options(dict(self.options), streaming=False))
 
     def streamReader(self, schema: Any) -> DataSourceStreamReader:
-        from spark_integration.stream_reader import KinesisStreamReader
+        from spark_integration.readers import KinesisStreamReader
 
         return KinesisStreamReader(self._streaming)
 

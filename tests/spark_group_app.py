@@ -28,7 +28,7 @@ def main() -> int:
     parser.add_argument("--lease-duration", default="3s")
     args = parser.parse_args()
     work = Path(args.workdir)
-    from spark_integration.handover import wait_for_handover
+    from spark_integration.group import wait_for_handover
     from tests.spark_support import make_session
 
     spark = make_session("local[1]", app_name=f"group-{args.member}")

@@ -144,7 +144,7 @@ def signed_requests() -> Iterator[list[tuple[str, str, str, str]]]:
 def stream_reader(endpoint_url: str, streams: str = "orders", **options: str) -> Any:
     """A ``KinesisStreamReader`` (driver side) with validated options, outside Spark."""
     from spark_integration.options import parse_options
-    from spark_integration.stream_reader import KinesisStreamReader
+    from spark_integration.readers import KinesisStreamReader
 
     parsed = parse_options({"streamName": streams, "endpointUrl": endpoint_url,
                             "region": "us-east-1", **options}, streaming=True)

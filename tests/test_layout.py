@@ -171,10 +171,13 @@ def test_no_two_public_classes_share_a_name() -> None:
     assert issubclass(kinesis.errors.ConfigurationError, hashring.errors.ConfigurationError)
 
 
-@pytest.mark.parametrize("old", ["kinesis.consumer.reader", "kinesis.consumer.shard_end", "kinesis.consumer.kclpy_inputs"])
+@pytest.mark.parametrize("old", ["kinesis.consumer.reader", "kinesis.consumer.shard_end", "kinesis.consumer.kclpy_inputs",
+                                 "kinesis.lease_loop.write_pool", "spark_integration.handover"])
 def test_a_module_that_moved_imports_from_its_old_path_with_a_warning(old: str) -> None:
-    from kinesis.consumer import MOVED_MODULES
+    import spark_integration
+    from kinesis import consumer, lease_loop
 
-    with pytest.warns(DeprecationWarning, match=MOVED_MODULES[old]):
+    moved = {**consumer.MOVED_MODULES, **lease_loop.MOVED_MODULES, **spark_integration.MOVED_MODULES}
+    with pytest.warns(DeprecationWarning, match=moved[old]):
         module = importlib.import_module(old)
-    assert module is importlib.import_module(MOVED_MODULES[old])
+    assert module is importlib.import_module(moved[old])

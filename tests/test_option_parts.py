@@ -15,8 +15,7 @@ from spark_integration.option_values import (
     size_option,
     url_option,
 )
-from spark_integration.options import STREAM_OPTIONS
-from spark_integration.role_options import ROLE_ONLY, assume_role_options
+from spark_integration.options import ROLE_ONLY, STREAM_OPTIONS, assume_role_options
 
 
 def test_fail_names_the_option() -> None:

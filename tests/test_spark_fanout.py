@@ -18,10 +18,10 @@ import pytest
 from kinesis.consumer.retrieval.records import aggregate
 from kinesis.errors import FanOutConsumerLimitError
 from kinesis.testing import LocalAWS
-from spark_integration.batch_reader import KinesisBatchReader
 from spark_integration.data_loss import LOSSES
 from spark_integration.errors import DataLossError
 from spark_integration.options import parse_options
+from spark_integration.readers import KinesisBatchReader
 from tests.spark_support import (
     create_stream,
     executor_ids,

@@ -11,7 +11,7 @@ from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows
 
 from kinesis.testing import LocalAWS
 from spark_integration.options import parse_options
-from spark_integration.stream_reader import UNBOUNDED_ROWS, KinesisStreamReader
+from spark_integration.readers import UNBOUNDED_ROWS, KinesisStreamReader
 from tests.spark_support import create_stream, executor_ids, put_json
 
 

@@ -20,8 +20,8 @@ from kinesis.testing import LocalAWS
 from spark_integration.offsets import SourceOffset
 from spark_integration.options import parse_options
 from spark_integration.partitions import ShardRange, ShardRangePartition
+from spark_integration.readers import KinesisStreamReader, plan_partitions
 from spark_integration.shipping import encode
-from spark_integration.stream_reader import KinesisStreamReader, plan_partitions
 from tests.spark_support import create_stream, kinesis_calls, put_json
 
 KEY = "orders/shardId-000000000000"

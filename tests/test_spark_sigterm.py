@@ -23,7 +23,7 @@ from kinesis.lease_loop.table.leases import LeaseTable
 from kinesis.lease_loop.table.model import Checkpoint
 from kinesis.testing import LocalAWS
 from spark_integration.errors import InvalidOptionError
-from spark_integration.handover import wait_for_handover
+from spark_integration.group import wait_for_handover
 from spark_integration.sigterm import SigtermStop
 from tests.spark_support import create_stream, put_json
 
@@ -160,7 +160,7 @@ def test_install_off_the_main_thread_changes_nothing() -> None:
 READER = """
     import json, sys, time
     from spark_integration.options import parse_options
-    from spark_integration.stream_reader import KinesisStreamReader
+    from spark_integration.readers import KinesisStreamReader
 
     options = parse_options(json.loads(OPTIONS), streaming=True)
     reader = KinesisStreamReader(options)
