@@ -240,3 +240,30 @@ def test_stale_reads_of_a_watched_session_row_neither_restart_nor_end_its_timer(
         p.reads.read(full=False)
     assert obs.sessions["a"].token is None
     assert (obs.sessions["a"].since, obs.sessions["a"].token_since) == (gone.since, gone.token_since)
+
+
+def test_stale_reads_repeating_a_live_sessions_last_counter_do_not_make_it_look_stalled() -> None:
+    """Fleetsim seed 3142 (long, session membership, no disturbance): for a lease duration,
+    replicas answered the counter m0 had last seen of m1's session while m1 kept renewing it;
+    m0 took the session for stalled and removed a running member from the member list. A
+    session unchanged for a lease duration is read again, strongly consistent, before it
+    counts as stalled."""
+    table = StaleSessions({})
+    p = parts("b", reads="scoped", members=("a", "b"), table=table)
+    obs = p.reads._obs
+    p.reads.read(full=True)  # the start-up sweep
+    table.sessions["a"] = SessionRow("a", "t1", 5)
+    rounds = 0
+    while "a" not in obs.sessions:
+        p.clock.advance(TIMING.scan_interval)
+        p.reads.read(full=False)
+        rounds += 1
+        assert rounds < 50
+    for counter in range(6, 6 + int(3 * TIMING.lease_duration / TIMING.scan_interval)):
+        table.sessions["a"] = SessionRow("a", "t1", counter)  # a renews
+        table.stale["a"] = [SessionRow("a", "t1", 5)]  # every eventually consistent read: counter 5
+        p.clock.advance(TIMING.scan_interval)
+        p.reads.read(full=False)
+        assert p.clock() - obs.sessions["a"].since < 1.5 * TIMING.lease_duration + TIMING.scan_interval, \
+            "a live session looked stalled"
+    assert table.consistent_gets

@@ -37,6 +37,7 @@ class Observations:
         self._version: object = None
         self._expiry_served = -math.inf  # the last expiry moment a round was scheduled for
         self._absent: dict[str, tuple[float, int]] = {}  # member -> (no hand-off until, times in a row)
+        self._stall_read: dict[str, tuple[str | None, int]] = {}  # member -> (token, counter) read again as stalled
 
     def observe(self, rows: Mapping[str, Lease], now: float, *, partial: bool = False,
                 by_session: bool = False) -> frozenset[str]:
@@ -86,9 +87,11 @@ class Observations:
         owners = {s.owner for s in self.seen.values()}
         for member in [m for m, s in self.sessions.items() if s.token is None and m not in owners and m not in keep]:
             del self.sessions[member]
+            self._stall_read.pop(member, None)
 
     def behind(self, rows: Mapping[str, Lease | None], sessions: Mapping[str, SessionRow | None],
-               written: Mapping[str, int] | None = None) -> tuple[list[str], list[str]]:
+               written: Mapping[str, int] | None = None, *, stalled_before: float = -math.inf
+               ) -> tuple[list[str], list[str]]:
         """The rows and session rows read that are older than what this member already saw or
         wrote itself (a lower counter than seen, or than ``written``: key -> the counter of this
         member's own write, e.g. an offer it made; or no row where one was seen or written: an
@@ -103,14 +106,28 @@ class Observations:
         that left keeps coming back, with an old counter, from replicas that missed its
         deletion: each flip would restart the timers of its leases and postpone their takeover
         for as long as the flips keep coming). Those are read again, strongly consistent, too:
-        a token change (a start, a restart, a leave) counts only once a consistent read shows it."""
+        a token change (a start, a restart, a leave) counts only once a consistent read shows it.
+
+        And a session row read with the counter seen since ``stalled_before`` or earlier (a
+        lease duration ago: its session is about to be judged stalled) may be a replica that
+        missed the renewals since: a member is judged dead (its leases taken, itself removed
+        from a member list) only on a strongly consistent read. That read is made once per
+        session counter: a dead member still listed is not read twice a round for ever."""
         floors = {k: s.counter for k, s in self.seen.items() if s.counter is not None}
         for key, counter in (written or {}).items():
             floors[key] = max(counter, floors.get(key, counter))
         keys = [k for k, lease in rows.items() if (floor := floors.get(k)) is not None
                 and (lease is None or lease.counter < floor)]
-        members = [m for m, row in sessions.items() if (s2 := self.sessions.get(m)) is not None
-                   and _session_behind(s2, row)]
+        members = []
+        for member, row in sessions.items():
+            if (s2 := self.sessions.get(member)) is None:
+                continue
+            if _session_behind(s2, row):
+                members.append(member)
+            elif (row is not None and row.counter == s2.counter and s2.since <= stalled_before
+                  and self._stall_read.get(member) != (s2.token, s2.counter)):
+                self._stall_read[member] = (s2.token, s2.counter)  # the caller reads it again now
+                members.append(member)
         return keys, members
 
     def timers(self, rows: Mapping[str, Lease], keys: Iterable[str]) -> dict[str, Seen]:

@@ -557,11 +557,16 @@ class RoundReads:
                ) -> tuple[dict[str, Lease | None], dict[str, SessionRow | None]]:
         """``rows`` and ``sessions`` with those read from a stale replica read again, strongly
         consistent (:meth:`Observations.behind`)."""
-        keys, members = self._obs.behind(rows, sessions, self._written())
+        keys, members = self._obs.behind(rows, sessions, self._written(), stalled_before=self._stalled_before())
         if not keys and not members:
             return rows, sessions
         again_rows, again_sessions = self._holder.table.read_rows(keys, members, consistent=True)
         return {**rows, **again_rows}, {**sessions, **again_sessions}
+
+    def _stalled_before(self) -> float:
+        """A session seen unchanged since then (a lease duration ago) is about to be judged
+        stalled: its row is read strongly consistent first (:meth:`Observations.behind`)."""
+        return self._clock() - self._s.timing.lease_duration
 
     def _written(self) -> dict[str, int]:
         """The counters of this member's offers not adopted yet, as its hand-offs wrote them, and
@@ -580,7 +585,8 @@ class RoundReads:
         if not consistent:
             sessions_read = {**{m: None for m, s in self._obs.sessions.items()
                                 if s.token is not None and m not in snapshot.sessions}, **snapshot.sessions}
-        keys, members = self._obs.behind(snapshot.leases, sessions_read, self._written())
+        keys, members = self._obs.behind(snapshot.leases, sessions_read, self._written(),
+                                         stalled_before=self._stalled_before())
         if not keys and not members:
             return snapshot
         rows, sessions = self._holder.table.read_rows(keys, members, consistent=True)
