@@ -32,10 +32,7 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from kinesis.lease_loop.coordinator import Completion, LeaseCoordinator  # noqa: E402
-from kinesis.lease_loop.membership import DynamoDBMembership  # noqa: E402
-from kinesis.lease_loop.table.leases import LeaseTable  # noqa: E402
-from kinesis.lease_loop.table.model import Lease  # noqa: E402
+from kinesis.lease_loop import Completion, DynamoDBMembership, Lease, LeaseCoordinator, LeaseTable  # noqa: E402
 from kinesis.testing import LocalAWS  # noqa: E402
 
 

@@ -49,7 +49,7 @@ from examples.demo_fleet import (  # noqa: E402
     takeovers_and_handoffs,
 )
 from hashring import plan_assignment  # noqa: E402
-from kinesis.lease_loop.table.leases import LeaseTable  # noqa: E402
+from kinesis.lease_loop import LeaseTable  # noqa: E402
 from kinesis.testing import LocalAWS  # noqa: E402
 
 STREAM = "demo-orders"

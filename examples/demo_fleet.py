@@ -27,7 +27,7 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from kinesis.lease_loop.table.leases import LeaseTable  # noqa: E402
+from kinesis.lease_loop import LeaseTable  # noqa: E402
 from kinesis.testing import FAKE_CREDENTIALS  # noqa: E402
 
 MEMBER_SCRIPT = Path(__file__).resolve().parent / "demo_member.py"

@@ -15,12 +15,10 @@ import logging
 from collections import Counter
 from typing import Any
 
-from kinesis import InitializationInput, InitialPosition, Record, RecordProcessor
-from kinesis.consumer.discovery.shards import ShardDiscovery, ready_shards
-from kinesis.consumer.retrieval.polling import ShardReader
-from kinesis.consumer.retrieval.records import aggregate
-from kinesis.consumer.shard.processor import Checkpointer, InMemoryCheckpointer
-from kinesis.testing import LocalAWS
+from kinesis import Checkpointer, InitializationInput, InitialPosition, Record, RecordProcessor
+from kinesis.consumer.discovery import ShardDiscovery, ready_shards
+from kinesis.consumer.retrieval import ShardReader, aggregate
+from kinesis.testing import InMemoryCheckpointer, LocalAWS
 
 
 class WordCounter(RecordProcessor):

@@ -31,7 +31,7 @@ from rich.table import Table
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from kinesis.consumer.retrieval.records import aggregate  # noqa: E402
+from kinesis.consumer.retrieval import aggregate  # noqa: E402
 from kinesis.testing import LocalAWS  # noqa: E402
 
 STREAM = "orders"

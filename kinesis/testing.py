@@ -1,6 +1,7 @@
-"""An embedded AWS (moto server) on 127.0.0.1 for tests, demos and local runs.
+"""Test doubles: an embedded AWS (moto server) on 127.0.0.1 for tests, demos and local runs,
+a fake clock (:class:`FakeClock`) and a checkpointer kept in memory (:class:`InMemoryCheckpointer`).
 
-boto3 talks real HTTP to it, exactly as to AWS except for ``endpoint_url``.
+boto3 talks real HTTP to the embedded AWS, exactly as to AWS except for ``endpoint_url``.
 Needs the ``testing`` extra (``pip install 'kinesis-hashring[testing]'``: moto's server only).
 """
 
@@ -13,6 +14,7 @@ from typing import Any
 import boto3
 from botocore.config import Config
 
+from kinesis.consumer.shard.processor import InMemoryCheckpointer as InMemoryCheckpointer
 from kinesis.errors import ConfigurationError
 from kinesis.lease_loop.timing import FakeClock as FakeClock
 

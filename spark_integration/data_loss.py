@@ -28,7 +28,7 @@ import logging
 import threading
 from dataclasses import dataclass, field
 
-from kinesis.consumer.retrieval.positions import Checkpoint, Position
+from kinesis.consumer.retrieval import Checkpoint, Position
 from spark_integration.errors import DataLossError
 from spark_integration.offsets import timestamp_ms
 

@@ -24,9 +24,13 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
-from kinesis.consumer.retrieval.fanout import ConsumerRegistration, FanOutReader
-from kinesis.consumer.retrieval.positions import Checkpoint, Position
-from kinesis.consumer.retrieval.records import Record
+from kinesis.consumer.retrieval import (
+    Checkpoint,
+    ConsumerRegistration,
+    FanOutReader,
+    Position,
+    Record,
+)
 from kinesis.errors import FanOutConsumerLimitError, KinesisRetriesExhaustedError
 from spark_integration.options import KinesisOptions
 

@@ -41,12 +41,18 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from hashring import Membership
-from kinesis.consumer.discovery.shards import ShardDiscovery, ready_shards
-from kinesis.consumer.retrieval.positions import LATEST, Position
+from kinesis.consumer.discovery import ShardDiscovery, ready_shards
+from kinesis.consumer.retrieval import LATEST, Position
 from kinesis.errors import CheckpointRegressionError, KinesisHashRingError, LeaseLostError
-from kinesis.lease_loop.coordinator import Completion, LeaseCoordinator
-from kinesis.lease_loop.table.leases import LeaseTable
-from kinesis.lease_loop.table.model import SHARD_END, Checkpoint, Lease, TableSnapshot
+from kinesis.lease_loop import (
+    SHARD_END,
+    Checkpoint,
+    Completion,
+    Lease,
+    LeaseCoordinator,
+    LeaseTable,
+    TableSnapshot,
+)
 from spark_integration.clients import client
 from spark_integration.errors import InvalidOptionError
 from spark_integration.membership import (

@@ -20,7 +20,7 @@ import logging
 from hashring import Membership, StaticMembership
 from hashring.errors import ConfigurationError, MembershipError
 from hashring.membership.kubernetes import KubernetesMembership
-from kinesis.lease_loop.table.leases import LeaseTable
+from kinesis.lease_loop import LeaseTable
 from spark_integration.options import GroupOptions
 
 log = logging.getLogger(__name__)
@@ -79,7 +79,7 @@ def build_membership(group: GroupOptions, table: LeaseTable) -> Membership:
         return open_kubernetes_membership(group)
     if group.membership == "static":
         return StaticMembership(list(group.members), group.member_id)
-    from kinesis.lease_loop.membership import DynamoDBMembership
+    from kinesis.lease_loop import DynamoDBMembership
 
     return DynamoDBMembership(table, group.member_id, member_timeout=group.lease_duration_s)
 

@@ -25,8 +25,8 @@ from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from kinesis.consumer.discovery.shards import Shard, ready_shards
-from kinesis.consumer.retrieval.positions import TRIM_HORIZON, Checkpoint, InitialPosition, Position
+from kinesis.consumer.discovery import Shard, ready_shards
+from kinesis.consumer.retrieval import TRIM_HORIZON, Checkpoint, InitialPosition, Position
 from kinesis.errors import InvalidSequenceNumberError
 from spark_integration.errors import InvalidOffsetError, InvalidOffsetSequenceNumberError
 

@@ -20,7 +20,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Literal
 
-from kinesis.consumer.retrieval.positions import TRIM_HORIZON, Checkpoint
+from kinesis.consumer.retrieval import TRIM_HORIZON, Checkpoint
 from spark_integration.errors import InvalidOptionError
 from spark_integration.group_options import (
     KUBERNETES_MODES,

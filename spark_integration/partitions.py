@@ -19,9 +19,14 @@ from typing import Any, Protocol
 
 from pyspark.sql.datasource import InputPartition
 
-from kinesis.consumer.retrieval.polling import MAX_GET_RECORDS_LIMIT, ShardReader
-from kinesis.consumer.retrieval.positions import Checkpoint, InitialPosition, Position
-from kinesis.consumer.retrieval.records import Record
+from kinesis.consumer.retrieval import (
+    MAX_GET_RECORDS_LIMIT,
+    Checkpoint,
+    InitialPosition,
+    Position,
+    Record,
+    ShardReader,
+)
 from kinesis.errors import ShardNotFoundError, StartingPositionRejectedError
 from spark_integration.clients import client
 from spark_integration.data_loss import data_lost, describe, start_is_gone

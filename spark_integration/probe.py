@@ -22,9 +22,14 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from kinesis.consumer.retrieval.polling import MAX_GET_RECORDS_LIMIT, ShardReader
-from kinesis.consumer.retrieval.positions import TRIM_HORIZON, Checkpoint, Position
-from kinesis.consumer.retrieval.records import Record
+from kinesis.consumer.retrieval import (
+    MAX_GET_RECORDS_LIMIT,
+    TRIM_HORIZON,
+    Checkpoint,
+    Position,
+    Record,
+    ShardReader,
+)
 from kinesis.errors import ShardNotFoundError, StartingPositionRejectedError
 from spark_integration.data_loss import data_lost, describe, start_is_gone
 from spark_integration.shipping import RangeCollector, ReadAheadCache

@@ -41,8 +41,8 @@ from typing import Any
 
 from pyspark.sql.datasource import DataSourceReader, DataSourceStreamReader, InputPartition
 
-from kinesis.consumer.discovery.shards import Shard, ShardDiscovery, shard_order
-from kinesis.consumer.retrieval.positions import Checkpoint, InitialPosition
+from kinesis.consumer.discovery import Shard, ShardDiscovery, shard_order
+from kinesis.consumer.retrieval import Checkpoint, InitialPosition
 from kinesis.errors import KinesisHashRingError
 from spark_integration.clients import client
 from spark_integration.compat import (

@@ -6,7 +6,7 @@ from collections.abc import Sequence
 from functools import lru_cache
 from typing import Any
 
-from kinesis.consumer.retrieval.records import Record
+from kinesis.consumer.retrieval import Record
 
 #: Column names, in order.
 COLUMNS = (

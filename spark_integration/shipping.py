@@ -26,8 +26,7 @@ from typing import Any
 
 from cachetools import LRUCache
 
-from kinesis.consumer.retrieval.positions import Checkpoint, Position
-from kinesis.consumer.retrieval.records import Record
+from kinesis.consumer.retrieval import Checkpoint, Position, Record
 from spark_integration.offsets import SourceOffset
 from spark_integration.schema import to_arrow_batch
 

@@ -115,7 +115,8 @@ def test_the_source_option_parsers_are_pure() -> None:
 # --- the public surfaces ---------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("package", ["kinesis", "kinesis.lease_loop"])
+@pytest.mark.parametrize("package", ["kinesis", "kinesis.lease_loop", "kinesis.consumer.retrieval",
+                                     "kinesis.consumer.discovery"])
 def test_every_exported_name_resolves(package: str) -> None:
     module = importlib.import_module(package)
     with warnings.catch_warnings():
@@ -141,6 +142,22 @@ def test_an_old_import_from_kinesis_still_works_with_a_deprecation_warning(name:
 def test_an_unknown_name_is_still_an_attribute_error() -> None:
     with pytest.raises(AttributeError, match="no attribute 'Nope'"):
         kinesis.Nope  # type: ignore[attr-defined]  # noqa: B018
+
+
+def test_spark_builds_only_on_names_the_kinesis_packages_export() -> None:
+    # the Spark source is a user of the lease loop and of the readers like any other: it
+    # imports their packages' exported names (and the public errors), never a module's insides
+    public_modules = {"kinesis.errors", "kinesis.deprecation"}
+    internal = []
+    for path in sorted((ROOT / "spark_integration").glob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if not (isinstance(node, ast.ImportFrom) and node.module and node.module.split(".")[0] == "kinesis"):
+                continue
+            if node.module in public_modules:
+                continue
+            exported = set(getattr(importlib.import_module(node.module), "__all__", ()))
+            internal += [f"{path.name}: from {node.module} import {a.name}" for a in node.names if a.name not in exported]
+    assert internal == []
 
 
 def test_the_spark_sources_errors_live_in_spark_integration() -> None:

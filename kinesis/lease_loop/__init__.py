@@ -20,7 +20,9 @@ KCL's: sequence numbers and the ``TRIM_HORIZON`` / ``LATEST`` / ``SHARD_END`` se
   and its status.
 """
 
+from kinesis.lease_loop.checkpoints import SHARD_END, Checkpoint
 from kinesis.lease_loop.coordinator import (
+    Completion,
     CoordinatorStatus,
     LeaseCoordinator,
     LeaseListener,
@@ -31,6 +33,9 @@ from kinesis.lease_loop.table.leases import LeaseTable
 from kinesis.lease_loop.table.model import Lease, LeaseState, TableSnapshot
 
 __all__ = [
+    "SHARD_END",
+    "Checkpoint",
+    "Completion",
     "CoordinatorStatus",
     "DynamoDBMembership",
     "Lease",

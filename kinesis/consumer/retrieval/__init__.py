@@ -12,7 +12,31 @@ interface, with positions, records and read failures.
   failed read.
 """
 
+from kinesis.consumer.retrieval.fanout import ConsumerRegistration, FanOutReader
+from kinesis.consumer.retrieval.polling import MAX_GET_RECORDS_LIMIT, ShardReader
+from kinesis.consumer.retrieval.positions import (
+    LATEST,
+    TRIM_HORIZON,
+    Checkpoint,
+    InitialPosition,
+    Position,
+)
+from kinesis.consumer.retrieval.records import Record, aggregate
 from kinesis.deprecation import moved
+
+__all__ = [
+    "LATEST",
+    "MAX_GET_RECORDS_LIMIT",
+    "TRIM_HORIZON",
+    "Checkpoint",
+    "ConsumerRegistration",
+    "FanOutReader",
+    "InitialPosition",
+    "Position",
+    "Record",
+    "ShardReader",
+    "aggregate",
+]
 
 __getattr__ = moved(__name__, dict.fromkeys(("BatchReader", "make_reader"), "kinesis.consumer.retrieval.readers"))
 # (the names of the 0.2 module kinesis.consumer.retrieval)
