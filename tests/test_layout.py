@@ -198,3 +198,20 @@ def test_a_module_that_moved_imports_from_its_old_path_with_a_warning(old: str) 
     with pytest.warns(DeprecationWarning, match=moved[old]):
         module = importlib.import_module(old)
     assert module is importlib.import_module(moved[old])
+
+
+def test_the_durations_are_declared_once() -> None:
+    # names and types in timing.Durations, defaults and rules in LeaseTiming.of; the Worker's
+    # config (a frozen dataclass: its fields are its API) carries the same names and passes them on
+    import dataclasses
+    import inspect
+
+    from kinesis.consumer.worker.config import WorkerConfig
+    from kinesis.lease_loop.coordinator import LeaseCoordinator
+    from kinesis.lease_loop.timing import DURATIONS, LeaseTiming
+
+    assert set(DURATIONS) | {"lease_duration"} == {f.name for f in dataclasses.fields(LeaseTiming)}
+    assert set(DURATIONS) <= {f.name for f in dataclasses.fields(WorkerConfig)}
+    for signature in (inspect.signature(LeaseCoordinator), inspect.signature(LeaseTiming.of)):
+        assert not set(DURATIONS) & set(signature.parameters), "a duration declared as its own parameter"
+        assert any(p.kind is p.VAR_KEYWORD for p in signature.parameters.values())

@@ -55,3 +55,11 @@ def test_the_coordinator_takes_a_timing_or_durations_but_not_both() -> None:
         LeaseCoordinator(table, membership, ["k"], timing=timing, lease_duration=6.0)
     with pytest.raises(ConfigurationError, match="timing must be a LeaseTiming"):
         LeaseCoordinator(table, membership, ["k"], timing=6.0)  # type: ignore[arg-type]
+
+
+def test_a_misspelt_duration_is_named() -> None:
+    table = LeaseTable(object(), "leases-test")
+    with pytest.raises(TypeError, match="unknown duration 'tick_intreval'; the durations are lease_duration, tick_interval"):
+        LeaseCoordinator(table, StaticMembership(["a"], "a"), ["k"], tick_intreval=1.0)  # type: ignore[call-arg]
+    coordinator = LeaseCoordinator(table, StaticMembership(["a"], "a"), ["k"], lease_duration=6.0, adopt_timeout=1.0)
+    assert (coordinator.tick_interval, coordinator.adopt_timeout) == (2.0, 1.0)

@@ -79,6 +79,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING
 
 from hashring import Assignment, Membership
 from kinesis.errors import ConfigurationError, DuplicateMemberIdError
@@ -103,8 +104,11 @@ from kinesis.lease_loop.settings import CoordinatorSettings, ResourceKeys
 from kinesis.lease_loop.table.leases import LeaseTable
 from kinesis.lease_loop.table.manifests import ManifestStore
 from kinesis.lease_loop.table.model import TRIM_HORIZON, Checkpoint, Lease
-from kinesis.lease_loop.timing import MONOTONIC, Clock, LeaseTiming
+from kinesis.lease_loop.timing import MONOTONIC, Clock, Durations, LeaseTiming
 from kinesis.lease_loop.writes import Acquisitions, Handoffs
+
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
 
 __all__ = ["COUNTER_NAMES", "Completion", "CoordinatorStatus", "LeaseCoordinator", "LeaseListener", "NullListener", "ResourceProvider"]
 
@@ -326,16 +330,13 @@ class LeaseCoordinator:
         listener: told to start / stop processing leases (default: :class:`NullListener`).
         lease_duration: a lease whose counter has not changed for this long (on this
             process's monotonic clock) is expired. Default 10 s (KCL's failover time).
-        tick_interval: time between ticks (default ``lease_duration / 3``; at most half).
-        scan_interval: time between light rounds between ticks (default ``tick_interval / 3``).
-        backup_grace: how much longer each further backup waits (default ``lease_duration``).
-        orphan_timeout: after this long without a change, any member may take a lease or
-            create a missing row (default ``lease_duration + (replicas + 1) * backup_grace``).
-        handoff_timeout: log (and count) a listener slower than this to finish a hand-off.
-        adopt_timeout: a hand-off not adopted after this long is taken back (default
-            ``tick_interval``). All durations: :mod:`~kinesis.lease_loop.settings`.
-        timing: all the durations above as one :class:`~kinesis.lease_loop.timing.LeaseTiming`
-            (what a WorkerConfig builds); then leave the individual durations unset.
+        durations: ``tick_interval``, ``scan_interval``, ``backup_grace``,
+            ``orphan_timeout``, ``handoff_timeout``, ``adopt_timeout``
+            (:class:`~kinesis.lease_loop.timing.Durations`; what each means, its default and
+            its rules: :mod:`~kinesis.lease_loop.timing`).
+        timing: ``lease_duration`` and the durations as one
+            :class:`~kinesis.lease_loop.timing.LeaseTiming` (what a WorkerConfig builds); then
+            leave them unset.
         max_concurrent_handoffs: graceful hand-offs in progress at once per member
             (rebalancing only; ``stop()`` hands everything off at once).
         replicas: backups named per key, in takeover order.
@@ -373,29 +374,22 @@ class LeaseCoordinator:
         listener: LeaseListener | None = None,
         *,
         lease_duration: float | None = None,
-        tick_interval: float | None = None,
-        scan_interval: float | None = None,
         max_concurrent_handoffs: int = 2,
         replicas: int = 1,
-        backup_grace: float | None = None,
-        orphan_timeout: float | None = None,
-        handoff_timeout: float | None = None,
         weights: Mapping[str, float] | None = None,
         initial_checkpoint: Checkpoint | str = TRIM_HORIZON,
         drive_membership: bool = True,
         warmup_ticks: int | None = None,
         write_threads: int = 8,
-        adopt_timeout: float | None = None,
         timing: LeaseTiming | None = None,
         reads: str = "scan",
         sweep_interval: float | None = None,
         backup_check_interval: float | None = None,
         clock: Clock = MONOTONIC,
+        **durations: Unpack[Durations],
     ):
         s = CoordinatorSettings.of(
-            table, membership, resources, listener, lease_duration=lease_duration,
-            tick_interval=tick_interval, scan_interval=scan_interval, backup_grace=backup_grace,
-            orphan_timeout=orphan_timeout, handoff_timeout=handoff_timeout, adopt_timeout=adopt_timeout,
+            table, membership, resources, listener, lease_duration=lease_duration, **durations,
             max_concurrent_handoffs=max_concurrent_handoffs, replicas=replicas, weights=weights,
             initial_checkpoint=initial_checkpoint, drive_membership=drive_membership,
             warmup_ticks=warmup_ticks, write_threads=write_threads, timing=timing, reads=reads,

@@ -14,7 +14,7 @@ import logging
 import math
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from hashring import Membership
 from hashring.validation import check_replicas
@@ -24,7 +24,10 @@ from kinesis.lease_loop.lease_listener import LeaseListener, NullListener, Resou
 from kinesis.lease_loop.membership import DynamoDBMembership, SessionMembership
 from kinesis.lease_loop.table.leases import LeaseTable
 from kinesis.lease_loop.table.model import Checkpoint, TableSnapshot, check_lease_key
-from kinesis.lease_loop.timing import LeaseTiming
+from kinesis.lease_loop.timing import Durations, LeaseTiming
+
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
 
 log = logging.getLogger(__name__)
 
@@ -79,10 +82,6 @@ class ResourceKeys:
         return keys
 
 
-_DURATIONS = ("tick_interval", "scan_interval", "backup_grace", "orphan_timeout", "handoff_timeout",
-              "adopt_timeout")
-
-
 @dataclass(frozen=True)
 class CoordinatorSettings:
     """What a coordinator runs with (see :class:`~kinesis.lease_loop.coordinator.LeaseCoordinator`)."""
@@ -122,11 +121,9 @@ class CoordinatorSettings:
         reads: str,
         sweep_interval: float | None,
         backup_check_interval: float | None,
-        **durations: float | None,
+        **durations: Unpack[Durations],
     ) -> CoordinatorSettings:
-        """Check the coordinator's arguments; ``durations``: tick_interval, scan_interval,
-        backup_grace, orphan_timeout, handoff_timeout, adopt_timeout."""
-        assert set(durations) == set(_DURATIONS), sorted(durations)
+        """Check the coordinator's arguments (``durations``: see :class:`~.timing.Durations`)."""
         if not isinstance(table, LeaseTable):
             raise ConfigurationError(f"table must be a LeaseTable, got {type(table).__name__}")
         if not isinstance(membership, Membership):

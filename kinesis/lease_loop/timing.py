@@ -44,9 +44,31 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, TypedDict
 
 from kinesis.durations import check_seconds
 from kinesis.errors import ConfigurationError
+
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
+
+
+class Durations(TypedDict, total=False):
+    """The durations besides ``lease_duration`` (None or absent: the default; see the module
+    docs): declared once here, the keyword arguments of :meth:`LeaseTiming.of` and of
+    :class:`~kinesis.lease_loop.coordinator.LeaseCoordinator`, and the same-named fields of
+    :class:`~kinesis.consumer.worker.config.WorkerConfig` (a test keeps those in step)."""
+
+    tick_interval: float | None
+    scan_interval: float | None
+    backup_grace: float | None
+    orphan_timeout: float | None
+    handoff_timeout: float | None
+    adopt_timeout: float | None
+
+
+DURATIONS: tuple[str, ...] = tuple(Durations.__annotations__)
+"""The names of :class:`Durations`."""
 
 
 @dataclass(frozen=True)
@@ -66,15 +88,19 @@ class LeaseTiming:
         cls,
         lease_duration: float = 10.0,
         *,
-        tick_interval: float | None = None,
-        scan_interval: float | None = None,
-        backup_grace: float | None = None,
-        orphan_timeout: float | None = None,
-        handoff_timeout: float | None = None,
-        adopt_timeout: float | None = None,
         replicas: int = 1,
+        **durations: Unpack[Durations],
     ) -> LeaseTiming:
         """Fill in the defaults and check every rule (a ConfigurationError names the field)."""
+        unknown = sorted(set(durations) - set(DURATIONS))
+        if unknown:
+            raise TypeError(f"unknown duration {unknown[0]!r}; the durations are lease_duration, {', '.join(DURATIONS)}")
+        tick_interval = durations.get("tick_interval")
+        scan_interval = durations.get("scan_interval")
+        backup_grace = durations.get("backup_grace")
+        orphan_timeout = durations.get("orphan_timeout")
+        handoff_timeout = durations.get("handoff_timeout")
+        adopt_timeout = durations.get("adopt_timeout")
         lease = check_seconds("lease_duration", lease_duration)
         tick = check_seconds("tick_interval", tick_interval if tick_interval is not None else lease / 3)
         if tick * 2 > lease:

@@ -19,7 +19,7 @@ import re
 import socket
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 from kinesis.consumer.kclpy import KclpyRecordProcessor
 from kinesis.consumer.retrieval.positions import InitialPosition
@@ -27,7 +27,7 @@ from kinesis.consumer.shard.failures import ProcessorRetryPolicy
 from kinesis.consumer.shard.processor import RecordProcessor
 from kinesis.durations import check_seconds
 from kinesis.errors import ConfigurationError
-from kinesis.lease_loop.timing import LeaseTiming
+from kinesis.lease_loop.timing import DURATIONS, Durations, LeaseTiming
 
 ProcessorFactory = Callable[[], RecordProcessor | KclpyRecordProcessor]
 """Builds one fresh processor per shard lease (called on every acquisition): a
@@ -312,16 +312,8 @@ class WorkerConfig:
                 f"with '__' (e.g. the pod name), got {self.worker_id!r}"
             )
         _positive_int("replicas", self.replicas, lo=0)
-        timing = LeaseTiming.of(
-            self.lease_duration,
-            tick_interval=self.tick_interval,
-            scan_interval=self.scan_interval,
-            backup_grace=self.backup_grace,
-            orphan_timeout=self.orphan_timeout,
-            handoff_timeout=self.handoff_timeout,
-            adopt_timeout=self.adopt_timeout,
-            replicas=self.replicas,
-        )
+        durations = cast(Durations, {name: getattr(self, name) for name in DURATIONS})
+        timing = LeaseTiming.of(self.lease_duration, replicas=self.replicas, **durations)
         object.__setattr__(self, "_timing", timing)
         for name in ("member_timeout", "liveness_timeout", "readiness_timeout"):
             _seconds(name, getattr(self, name), allow_none=True)
