@@ -11,7 +11,7 @@ rounds: each goes to the first member clockwise that still has room; a member
 offered more keys than it has room for takes those first in key-hash order,
 and the others walk on in the next round.
 
-Consequences, proven by property tests in ``tests/test_balance.py``:
+Consequences, proven by property tests in ``tests/hashring/test_balance.py``:
 
 * deterministic: the result depends on the sets of members and keys and on the
   current owners, not on input order (pure integer hashing);

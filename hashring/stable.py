@@ -13,14 +13,14 @@ quota, and the rest walk on clockwise to the first member with room. A join or
 a leave changes the landing of only the keys whose first member is the
 newcomer or the leaver, so most of the balanced result stays put.
 
-Properties (``tests/test_stable.py``): deterministic across processes and
+Properties (``tests/hashring/test_stable.py``): deterministic across processes and
 platforms (integer hashing only; no dict/set order or floating point in an
 unweighted decision), independent of input order, max - min <= 1 unweighted,
 backups distinct from the primary.
 
 Keys moved on one join or leave: between 1.04x (K/N = 1000) and 3.3x (K/N = 2) the
 optimum, the best of the stateless designs measured (docs/placement-design.md compares
-them); ``tests/test_stable.py`` pins the envelope (moved <= 4 x optimum + 12; <= 1.5x at
+them); ``tests/hashring/test_stable.py`` pins the envelope (moved <= 4 x optimum + 12; <= 1.5x at
 K/N = 1000).
 
 The scoped lease loop therefore uses this function only until a plan has been published:

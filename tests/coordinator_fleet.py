@@ -19,6 +19,7 @@ from kinesis.lease_loop.table.leases import LeaseTable
 from kinesis.lease_loop.table.model import Lease
 from kinesis.lease_loop.timing import FakeClock
 from kinesis.testing import LocalAWS
+from tests.support.memory_dynamodb import MemoryDynamoDB
 
 _clients: dict[tuple[str, str], Any] = {}
 
@@ -211,3 +212,14 @@ class Fleet:
 
     def counter(self, name: str) -> int:
         return sum(c.counters[name] for c in self.coordinators.values())
+
+
+def memory_table(memory: MemoryDynamoDB | None = None, name: str = "liveness") -> LeaseTable:
+    """A lease table over an in-memory DynamoDB (no retry sleeps)."""
+    return LeaseTable(memory or MemoryDynamoDB(), name, retry_attempts=2, sleep=lambda s: None).ensure_table()
+
+
+def settle(fleet: Fleet, rounds: int | None = None) -> None:
+    """Run rounds past the start-up and a new plan's settling window (two lease durations)."""
+    for _ in range(rounds if rounds is not None else int(3 * fleet.lease_duration / fleet.tick_interval) + 2):
+        fleet.round()

@@ -215,3 +215,15 @@ def test_the_durations_are_declared_once() -> None:
     for signature in (inspect.signature(LeaseCoordinator), inspect.signature(LeaseTiming.of)):
         assert not set(DURATIONS) & set(signature.parameters), "a duration declared as its own parameter"
         assert any(p.kind is p.VAR_KEYWORD for p in signature.parameters.values())
+
+
+def test_tests_share_helpers_not_test_modules() -> None:
+    # tests live in folders that mirror the packages and move with them: what two test modules
+    # share lives in a helper module (tests/support, tests/coordinator_fleet.py), never in a test
+    imports = []
+    for path in sorted((ROOT / "tests").rglob("test_*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = [node.module or ""] if isinstance(node, ast.ImportFrom) else \
+                [a.name for a in node.names] if isinstance(node, ast.Import) else []
+            imports += [f"{path.name} imports {n}" for n in names if n.rsplit(".", 1)[-1].startswith("test_")]
+    assert imports == []

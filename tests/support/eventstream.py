@@ -11,7 +11,7 @@ encoder, so this is the small encoder the test endpoint needs. The wire format::
 
 Header values here are strings (type 7: u16 BE length + UTF-8), which is all SubscribeToShard
 events use (``:message-type``, ``:event-type``, ``:exception-type``, ``:content-type``).
-``tests/test_fanout_endpoint.py`` round-trips every message through botocore's decoder.
+``tests/kinesis/consumer/test_fanout.py`` round-trips every message through botocore's decoder.
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@
 :class:`MemoryDynamoDB` answers the calls the lease table makes (CreateTable, DescribeTable,
 DeleteTable, GetItem, PutItem, UpdateItem, DeleteItem, Scan, BatchGetItem, TransactWriteItems)
 with DynamoDB's semantics, request and response shapes and error codes, using plain dict
-operations under one lock: no I/O, no clock, no randomness. ``tests/test_memory_dynamodb.py``
+operations under one lock: no I/O, no clock, no randomness. ``tests/kinesis/lease_loop/test_memory_dynamodb.py``
 proves it answers like moto's DynamoDB for that subset; where moto is wrong against AWS, it
 follows AWS (each such case is listed there):
 

@@ -2,7 +2,7 @@
 fleet simulator found (tests/fleetsim), each failing on the code before its fix.
 
 Fleets of real coordinators on a FakeClock (tests/coordinator_fleet.py) over the in-memory
-DynamoDB (tests/support/memory_dynamodb.py, held to moto by tests/test_memory_dynamodb.py),
+DynamoDB (tests/support/memory_dynamodb.py, held to moto by tests/kinesis/lease_loop/test_memory_dynamodb.py),
 with ``Fleet.check()`` (one holder per key) after every tick.
 """
 
@@ -16,21 +16,10 @@ import pytest
 from kinesis.errors import KinesisHashRingError
 from kinesis.lease_loop.table.leases import LeaseTable
 from kinesis.lease_loop.table.model import Checkpoint
-from tests.coordinator_fleet import Fleet
+from tests.coordinator_fleet import Fleet, memory_table, settle
 from tests.support.memory_dynamodb import Fault, MemoryDynamoDB
 
 KEYS = [f"q{i:02d}" for i in range(12)]
-
-
-def memory_table(memory: MemoryDynamoDB | None = None, name: str = "liveness") -> LeaseTable:
-    """A lease table over an in-memory DynamoDB (no retry sleeps)."""
-    return LeaseTable(memory or MemoryDynamoDB(), name, retry_attempts=2, sleep=lambda s: None).ensure_table()
-
-
-def settle(fleet: Fleet, rounds: int | None = None) -> None:
-    """Run rounds past the start-up and a new plan's settling window (two lease durations)."""
-    for _ in range(rounds if rounds is not None else int(3 * fleet.lease_duration / fleet.tick_interval) + 2):
-        fleet.round()
 
 
 def rounds_until(fleet: Fleet, done: Callable[[], bool], *, limit: int) -> int:

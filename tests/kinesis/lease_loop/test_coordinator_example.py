@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import importlib.util
-from pathlib import Path
 
 import pytest
 
-EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "coordinator_generic.py"
+from tests.support.paths import ROOT
+
+EXAMPLE = ROOT / "examples" / "coordinator_generic.py"
 
 
 @pytest.mark.slow

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import pathlib
 
 from hashring import (
     key_hash,
@@ -14,9 +13,10 @@ from hashring import (
     string_key_hash,
 )
 from hashring.balance import PLACEMENT_VERSION
+from tests.support.paths import ROOT
 
 GOLDEN = json.loads(
-    (pathlib.Path(__file__).parent / "data" / "golden_vectors.json").read_text(encoding="utf-8")
+    (ROOT / "tests" / "data" / "golden_vectors.json").read_text(encoding="utf-8")
 )
 
 

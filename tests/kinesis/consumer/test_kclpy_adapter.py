@@ -4,7 +4,7 @@ checkpointer's errors in kclpy's vocabulary, and the lifecycle the adapter drive
 
 amazon-kclpy is not installed here: ``fake_amazon_kclpy`` puts a minimal stand-in module
 (written for these tests, with kclpy's names) into ``sys.modules``. Worker processes running a
-kclpy processor end to end: tests/test_kclpy_processes.py."""
+kclpy processor end to end: tests/kinesis/consumer/test_kclpy_processes.py."""
 
 from __future__ import annotations
 

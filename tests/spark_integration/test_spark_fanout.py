@@ -1,7 +1,7 @@
 """``consumerType=SubscribeToShard``: executors read ranges over Enhanced Fan-Out.
 
 Kinesis is moto behind ``tests/support/fanout_endpoint.py`` (SubscribeToShard served as a real
-event stream, everything else proxied to moto), as in ``tests/test_fanout.py``. The driver
+event stream, everything else proxied to moto), as in ``tests/kinesis/consumer/test_fanout.py``. The driver
 still fixes each batch's end with GetRecords; ``maxShippedBytesPerPartition=0`` makes the
 executors read every range from Kinesis, here over SubscribeToShard.
 """

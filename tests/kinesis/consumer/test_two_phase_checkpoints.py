@@ -1,7 +1,7 @@
 """Two-phase checkpoints with the SDK's own RecordProcessor: a Worker prepares a checkpoint and
 crashes before committing it; the next Worker sees it in InitializationInput.pending_checkpoint,
 gets the records after the committed checkpoint again, and its checkpoint clears the pending one.
-(The amazon-kclpy flavour runs in worker processes: tests/test_kclpy_processes.py.)"""
+(The amazon-kclpy flavour runs in worker processes: tests/kinesis/consumer/test_kclpy_processes.py.)"""
 
 from __future__ import annotations
 

@@ -21,8 +21,7 @@ from hashring.membership.k8s_pods import (
     selector_string,
     statefulset_ordinal,
 )
-
-ROOT = Path(__file__).resolve().parent.parent
+from tests.support.paths import ROOT
 
 
 def pod(name: str, ready: bool = True, deleting: bool = False,

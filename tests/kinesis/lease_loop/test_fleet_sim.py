@@ -27,7 +27,8 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
+from tests.support.paths import ROOT
+
 SCENARIOS = sorted((ROOT / "tests" / "data" / "fleetsim").glob("*.json"))
 
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -11,9 +10,9 @@ import yaml
 from hashring import KubernetesMembership
 from hashring.membership.k8s_api import MODES, permissions
 from tests.support.fake_k8s import FakeClock, FakeKubernetes
+from tests.support.paths import ROOT
 from tests.support.waiting import eventually
 
-ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = ROOT / "examples" / "k8s"
 
 

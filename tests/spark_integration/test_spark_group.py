@@ -16,10 +16,10 @@ import pytest
 
 from kinesis.testing import LocalAWS
 from tests.spark_support import create_stream, put_json, read_json_sink, wait_for
+from tests.support.paths import ROOT
 
 pytestmark = pytest.mark.slow
 
-ROOT = Path(__file__).resolve().parent.parent
 APP = ROOT / "tests" / "spark_group_app.py"
 PREFIX = "orders-app/orders/"
 

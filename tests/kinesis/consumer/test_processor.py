@@ -4,7 +4,6 @@ lease) and the example processor end to end on the embedded moto server."""
 from __future__ import annotations
 
 import runpy
-from pathlib import Path
 
 import pytest
 
@@ -17,8 +16,7 @@ from kinesis.consumer.shard.processor import (
     RecordProcessor,
 )
 from kinesis.errors import CheckpointError, LeaseLostError
-
-ROOT = Path(__file__).resolve().parent.parent
+from tests.support.paths import ROOT
 
 
 def rec(seq: str, sub: int = 0) -> Record:

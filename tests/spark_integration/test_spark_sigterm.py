@@ -14,7 +14,6 @@ import subprocess
 import sys
 import textwrap
 import threading
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -26,8 +25,7 @@ from spark_integration.errors import InvalidOptionError
 from spark_integration.group import wait_for_handover
 from spark_integration.sigterm import SigtermStop
 from tests.spark_support import create_stream, put_json
-
-ROOT = Path(__file__).resolve().parent.parent
+from tests.support.paths import ROOT
 
 
 def _child(code: str, env: dict[str, str] | None = None) -> subprocess.Popen[str]:

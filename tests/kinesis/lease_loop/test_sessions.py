@@ -324,10 +324,9 @@ def test_an_offer_of_a_key_its_member_already_holds_leaves_the_session_row() -> 
     # an offer read in a renewal's answer after its key was adopted another way (a round read
     # the handed-off row first) was never looked at: offers piled up on the session row (40 KB
     # of reads a minute per member at 2,000 shards in bench_lease_cost.py), up to the item limit
-    from tests.coordinator_fleet import Fleet
-    from tests.test_liveness import KEYS, memory_table, settle
+    from tests.coordinator_fleet import Fleet, memory_table, settle
 
-    fleet = Fleet(memory_table(), KEYS, ["a", "b"], reads="scoped", replicas=1)
+    fleet = Fleet(memory_table(), [f"q{i:02d}" for i in range(12)], ["a", "b"], reads="scoped", replicas=1)
     settle(fleet)
     key = fleet.coordinators["b"].held_keys()[0]
     assert fleet.table.offer("b", key)  # as if its adoption had been read before the offer

@@ -11,7 +11,6 @@ import json
 import re
 import urllib.request
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import botocore.exceptions
@@ -26,9 +25,9 @@ from kinesis import (
     WorkerConfig,
 )
 from kinesis.testing import LocalAWS, client_for
+from tests.support.paths import ROOT
 from tests.support.worker_journal import Journal, JournalProcessor, put_records
 
-ROOT = Path(__file__).resolve().parent.parent
 TABLE = "orders-app-leases"
 
 

@@ -19,10 +19,10 @@ import pytest
 from kinesis.lease_loop.table.leases import LeaseTable
 from kinesis.lease_loop.table.model import SHARD_END, Checkpoint
 from kinesis.testing import LocalAWS
+from tests.support.paths import ROOT
 from tests.support.waiting import eventually
 from tests.support.worker_journal import put_records
 
-ROOT = Path(__file__).resolve().parent.parent
 pytestmark = pytest.mark.slow
 
 

@@ -31,6 +31,7 @@ from kinesis.lease_loop.table.leases import LeaseTable
 from kinesis.lease_loop.table.model import SHARD_END, Checkpoint
 from kinesis.testing import LocalAWS
 from tests.support.kclpy_member import read_events
+from tests.support.paths import ROOT
 
 pytestmark = pytest.mark.slow
 logging.getLogger("werkzeug").setLevel(logging.ERROR)
@@ -38,7 +39,7 @@ logging.getLogger("werkzeug").setLevel(logging.ERROR)
 STREAM, APP, TABLE = "kclpy", "kclpy-app", "kclpy-leases"
 LEASE = 2.0
 TIMEOUT = 60.0
-MEMBER = Path(__file__).resolve().parent / "support" / "kclpy_member.py"
+MEMBER = ROOT / "tests" / "support" / "kclpy_member.py"
 SHARD0 = "shardId-000000000000"
 
 

@@ -1,7 +1,7 @@
 """SessionMembership, the Worker's default: the member list as a document its members keep.
 
 Coordinators with ``reads="scoped"`` over one in-memory lease table (DynamoDB's conditional
-writes; ``tests/test_memory_dynamodb.py`` holds it to moto), driven tick by tick on one
+writes; ``tests/kinesis/lease_loop/test_memory_dynamodb.py`` holds it to moto), driven tick by tick on one
 FakeClock, checking after every round that no key has two holders. What must hold: a member
 joins by publishing itself, leaves by publishing the list without itself, a dead member is
 removed by its watcher a lease duration after its session stopped, everyone learns of each
