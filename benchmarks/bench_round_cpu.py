@@ -65,8 +65,8 @@ class StubTable(LeaseTable):
                   ) -> tuple[dict[str, Lease | None], dict[str, SessionRow | None]]:
         return {k: self.rows.get(k) for k in keys}, {m: SessionRow(m, "t", 1) for m in members}
 
-    def renew_session(self, member_id: str, token: str, previous: int | None, *, plan_version: int = 0
-                      ) -> SessionRow:
+    def renew_session(self, member_id: str, token: str, previous: int | None, *, plan_version: int = 0,
+                      **_: Any) -> SessionRow:
         return SessionRow(member_id, token, (previous or 0) + 1, plan_version)
 
     def create_lease_if_absent(self, key: str, **_: Any) -> Lease | None:

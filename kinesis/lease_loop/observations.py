@@ -113,11 +113,14 @@ class Observations:
         missed the renewals since: a member is judged dead (its leases taken, itself removed
         from a member list) only on a strongly consistent read. That read is made once per
         session counter: a dead member still listed is not read twice a round for ever."""
-        floors = {k: s.counter for k, s in self.seen.items() if s.counter is not None}
-        for key, counter in (written or {}).items():
-            floors[key] = max(counter, floors.get(key, counter))
-        keys = [k for k, lease in rows.items() if (floor := floors.get(k)) is not None
-                and (lease is None or lease.counter < floor)]
+        written = written or {}
+        keys = []
+        for key, lease in rows.items():  # the rows read only: self.seen may hold every row of the table
+            floor = seen.counter if (seen := self.seen.get(key)) is not None else None
+            if (mine := written.get(key)) is not None:
+                floor = mine if floor is None else max(mine, floor)
+            if floor is not None and (lease is None or lease.counter < floor):
+                keys.append(key)
         members = []
         for member, row in sessions.items():
             if (s2 := self.sessions.get(member)) is None:

@@ -540,7 +540,9 @@ class RoundReads:
         # keys held here were not read: a departed holder's keys taken here have moved too
         # rows a departed member was last seen holding, held here now or not (its owner as last
         # read is stale for keys held here: they are not read again)
-        holding = {seen.owner for k, seen in self._obs.seen.items() if seen.owner is not None and k not in held}
+        departed = self._scoped.departed
+        holding = {seen.owner for k, seen in self._obs.seen.items()
+                   if seen.owner in departed and k not in held} if departed else frozenset()
         for holder in self._scoped.settle_departed({**{k: self._me for k in held}, **owners}, holding):
             self._delete_session(holder, listed)
         self._resolve_offers(found, set(rows))
