@@ -49,6 +49,7 @@ from hashring import StaticMembership  # noqa: E402
 from kinesis.consumer.discovery.manifest import ShardManifestSync  # noqa: E402
 from kinesis.consumer.discovery.shards import ShardDiscovery  # noqa: E402
 from kinesis.consumer.worker.config import StreamConfig  # noqa: E402
+from kinesis.cost import Sizes, kcl3, scan_loop, scoped, scoped_worker  # noqa: E402
 from kinesis.lease_loop.coordinator import LeaseCoordinator  # noqa: E402
 from kinesis.lease_loop.membership import SessionMembership  # noqa: E402
 from kinesis.lease_loop.table.leases import LeaseTable  # noqa: E402
@@ -229,126 +230,7 @@ def _raw_item(table: LeaseTable, key: str) -> dict[str, Any]:
     return dict(response.get("Item", {}))
 
 
-# --- part 2: the model -------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Sizes:
-    lease_row: int = 465  # bytes (measured: part 1 reports it)
-    member_row: int = 150
-    index_entry: int = 100  # KCL 3.x key-only leaseOwner index entry (key + owner)
-    head_row: int = 120  # fleet-scale design: the manifest head row
-    session_row: int = 70  # one per member (measured: part 1 reports it)
-    metrics_row: int = 300  # KCL 3.x worker metrics row
-
-
-@dataclass(frozen=True)
-class Cost:
-    """Per second, for the whole fleet."""
-
-    read_requests: float
-    rcu: float
-    write_requests: float
-    wcu: float
-    scans: float
-
-    def per_member(self, n: int) -> dict[str, float]:
-        return {k: v / n for k, v in asdict(self).items()}
-
-
-def _scan_rcu(nbytes: float, consistent: bool) -> tuple[float, float]:
-    """(requests, RCU) of one paginated scan over ``nbytes`` of items."""
-    pages = max(1, math.ceil(nbytes / SCAN_PAGE))
-    rcu = sum(math.ceil(min(SCAN_PAGE, nbytes - p * SCAN_PAGE) / RCU_BYTES) for p in range(pages))
-    return pages, rcu * (1.0 if consistent else 0.5)
-
-
-def _wcu(size: int) -> int:
-    return max(1, math.ceil(size / KB))
-
-
-def model_current(k: int, n: int, s: Sizes = Sizes(), lease: float = D, *, heartbeats: bool = True) -> Cost:
-    """The scan loop (``reads="scan"``): every member scans the whole table (strongly
-    consistent) every round (one tick + two light rounds per tick), renews its session (no
-    lease row: session leases) and (with a DynamoDBMembership) heartbeats every tick."""
-    tick = lease / 3
-    rounds = 3 / tick
-    table_bytes = k * s.lease_row + n * s.session_row + (n * s.member_row if heartbeats else 0)
-    pages, rcu = _scan_rcu(table_bytes, consistent=True)
-    renew = 0.0
-    sessions = n / tick
-    heartbeat = n / tick if heartbeats else 0.0
-    return Cost(n * rounds * pages, n * rounds * rcu, renew + sessions + heartbeat,
-                renew * _wcu(s.lease_row) + sessions * _wcu(s.session_row) + heartbeat * _wcu(s.member_row),
-                n * rounds * pages)
-
-
-def model_kcl3(k: int, n: int, s: Sizes = Sizes(), lease: float = D) -> Cost:
-    """KCL 3.x as documented: a leader (elected through a lock table) scans the lease table
-    (eventually consistent) and the worker-metrics table every 2 x failover time; every
-    worker queries the key-only ``leaseOwner`` index for its own leases every failover
-    time, renews each lease every failover/3 and reports its metrics every 30 s."""
-    assign = 2 * lease
-    pages, rcu = _scan_rcu(k * s.lease_row, consistent=False)
-    mpages, mrcu = _scan_rcu(n * s.metrics_row, consistent=False)
-    own = k / n
-    query_rcu = 0.5 * max(1, math.ceil(own * s.index_entry / RCU_BYTES))
-    renew = k / (lease / 3)
-    metrics = n / 30.0
-    reads = (pages + mpages) / assign + n / lease
-    return Cost(reads, (rcu + mrcu) / assign + n * query_rcu / lease, renew + metrics,
-                renew * _wcu(s.lease_row) + metrics * _wcu(s.metrics_row), (pages + mpages) / assign)
-
-
-def model_scoped(k: int, n: int, s: Sizes = Sizes(), lease: float = D, *,
-                 replicas: int = 1, check: float | None = None, sweep: float | None = None,
-                 session_list: bool = False, recheck: float | None = 30 * D) -> Cost:
-    """``reads="scoped"`` as built: no scan per round. Each member's keys are backed up by its
-    ``replicas`` successors in the sorted member list, so each member reads the session row of
-    each of its ``replicas`` predecessors (one BatchGetItem, eventually consistent) every
-    ``check`` (default ``lease / 2``; ``session_list``: the member list's head in the same
-    request); the only writes are session renewals, one per member per tick (session leases:
-    no lease row is renewed); every member re-reads the published plan's head (eventually
-    consistent, under 4 KB) every ``recheck`` (a backstop; None: leave it out, as a window
-    shorter than it measures); optionally two members sweep the table every ``sweep`` (off by
-    default)."""
-    tick = lease / 3
-    # a check runs on the first round (a tick or a light round, lease / 9 apart) after it is due
-    check = (lease / 2 if check is None else check) + lease / 18
-    watched = min(max(replicas, 1), n - 1)  # with replicas=0, still the predecessor's session (plan version)
-    per_item = 0.5 * max(1, math.ceil(s.session_row / RCU_BYTES))
-    head_item = 0.5 * max(1, math.ceil(s.head_row / RCU_BYTES))
-    renew = n / tick
-    renew_wcu = n / tick * _wcu(s.session_row)
-    batch = n * (1 if watched or session_list else 0) / check
-    rcu = n * (watched * per_item + (head_item if session_list else 0.0)) / check
-    rechecks = n / recheck if recheck else 0.0  # kinesis.lease_loop.plan: the backstop head read
-    batch, rcu = batch + rechecks, rcu + 0.5 * rechecks
-    if sweep is None:
-        return Cost(batch, rcu, renew, renew_wcu, 0.0)
-    pages, scan_rcu = _scan_rcu(k * s.lease_row + n * s.session_row, consistent=False)
-    sweepers = min(2, n)
-    return Cost(batch + sweepers * pages / sweep, rcu + sweepers * scan_rcu / sweep,
-                renew, renew_wcu, sweepers * pages / sweep)
-
-
-def model_scoped_worker(k: int, n: int, s: Sizes = Sizes(), lease: float = D, *, streams: int = 1,
-                        shard_sync: float = SHARD_SYNC, poll: float | None = None, sweep: float | None = None,
-                        check: float | None = None, session_list: bool = False,
-                        recheck: float | None = 30 * D) -> Cost:
-    """A ``WorkerConfig(reads="scoped")`` Worker: :func:`model_scoped` plus the shard manifest of
-    each stream (``kinesis.consumer.discovery.manifest``): every member reads the head row
-    (eventually consistent) every ``poll`` (default ``shard_sync / 2``); the chore owner and its
-    backup read it strongly consistent every tick, and the owner renews it every tick; nothing
-    else in steady state (new versions only on resharding)."""
-    tick = lease / 3
-    base = model_scoped(k, n, s, lease, sweep=sweep, check=check, session_list=session_list, recheck=recheck)
-    head_rcu = max(1, math.ceil(s.head_row / RCU_BYTES))
-    polls = n * streams / (poll if poll is not None else shard_sync / 2)
-    watchers = min(2, n) * streams / tick
-    renew = streams / tick
-    return Cost(base.read_requests + polls + watchers, base.rcu + 0.5 * head_rcu * polls + head_rcu * watchers,
-                base.write_requests + renew, base.wcu + renew * _wcu(s.head_row), base.scans)
+# --- part 2: the model (kinesis.cost) ------------------------------------------------------
 
 
 SCALES = ((1_000, 100), (10_000, 1_000), (100_000, 10_000))
@@ -357,12 +239,12 @@ SCALES = ((1_000, 100), (10_000, 1_000), (100_000, 10_000))
 def model_table(sizes: Sizes) -> list[dict[str, Any]]:
     rows = []
     for k, n in SCALES:
-        costs = {"current": model_current(k, n, sizes), "scoped": model_scoped(k, n, sizes),
-                 "scoped_worker": model_scoped_worker(k, n, sizes),
-                 "default_worker": model_scoped_worker(k, n, sizes, session_list=True),
-                 "kcl3": model_kcl3(k, n, sizes),
+        costs = {"current": scan_loop(k, n, sizes), "scoped": scoped(k, n, sizes),
+                 "scoped_worker": scoped_worker(k, n, sizes),
+                 "default_worker": scoped_worker(k, n, sizes, session_list=True),
+                 "kcl3": kcl3(k, n, sizes),
                  # backup_check_interval = a tick instead of D/2 (docs/fleet-scale.md)
-                 "scoped_worker_tick_check": model_scoped_worker(k, n, sizes, check=D / 3)}
+                 "scoped_worker_tick_check": scoped_worker(k, n, sizes, check=D / 3)}
         rows.append({
             "leases": k, "members": n,
             **{name: {"fleet": {f: round(v, 2) for f, v in asdict(c).items()},
@@ -423,8 +305,8 @@ def main(argv: list[str] | None = None) -> int:
                   session_row=measured[0].get("session_row_bytes", Sizes.session_row))
     checks = []
     for m in measured:
-        fn = {"scan": model_current, "scoped": model_scoped, "manifest": model_scoped_worker,
-              "default": model_scoped_worker}[m["reads"]]
+        fn = {"scan": scan_loop, "scoped": scoped, "manifest": scoped_worker,
+              "default": scoped_worker}[m["reads"]]
         # the measured window holds no backstop read of the plan (every 30 D)
         kwargs: dict[str, Any] = {"heartbeats": False} if m["reads"] == "scan" else {"recheck": None}
         if m["reads"] == "default":

@@ -39,18 +39,12 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from benchmarks.bench_lease_cost import (  # noqa: E402
-    SCALES,
-    Sizes,
-    _scan_rcu,
-    _wcu,
-    model_current,
-    model_kcl3,
-    model_scoped_worker,
-)
+from benchmarks.bench_lease_cost import SCALES  # noqa: E402
 from benchmarks.peers import envs  # noqa: E402
 from benchmarks.peers.process_run import PeerSpec, ProcessRun  # noqa: E402
 from benchmarks.report import write_json  # noqa: E402
+from kinesis.cost import Sizes, scan_loop, scan_rcu, scoped_worker, write_units  # noqa: E402
+from kinesis.cost import kcl3 as kcl3_model  # noqa: E402
 
 RESULTS = ROOT / "benchmarks" / "results" / "peers.json"
 PEERS_DIR = ROOT / "benchmarks" / "peers"
@@ -100,10 +94,10 @@ def model_knock(k: int, n: int, s: Sizes | None = None, lease: float = 10.0) -> 
     """Knock's loop as emulated: every member scans the table every tick and renews its own."""
     s = s or Sizes()
     tick = lease / 3
-    pages, rcu = _scan_rcu(k * s.lease_row, consistent=True)
+    pages, rcu = scan_rcu(k * s.lease_row, consistent=True)
     renew = k / tick
     return {"read_requests": n * pages / tick, "rcu": n * rcu / tick, "write_requests": renew,
-            "wcu": renew * _wcu(s.lease_row)}
+            "wcu": renew * write_units(s.lease_row)}
 
 
 def model_azure(k: int, n: int, interval: float = 30.0) -> dict[str, float]:
@@ -116,9 +110,9 @@ def model_azure(k: int, n: int, interval: float = 30.0) -> dict[str, float]:
 def fleet_models() -> list[dict[str, Any]]:
     rows = []
     for k, n in ((16, 4), (64, 8), *SCALES):
-        ours_scan = model_current(k, n)
-        ours_scoped = model_scoped_worker(k, n)  # the Worker: with its shard manifest
-        kcl3 = model_kcl3(k, n)
+        ours_scan = scan_loop(k, n)
+        ours_scoped = scoped_worker(k, n)  # the Worker: with its shard manifest
+        kcl3 = kcl3_model(k, n)
         knock = model_knock(k, n)
         azure = model_azure(k, n)
 
