@@ -76,6 +76,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Protocol
@@ -92,6 +93,7 @@ from kinesis.consumer.shard.failures import (
     FailureState,
     ProcessorRetryPolicy,
 )
+from kinesis.consumer.shard.lag import LagTracker
 from kinesis.consumer.shard.processor import InitializationInput, RecordProcessor
 from kinesis.consumer.worker.config import ProcessorFactory, StreamConfig
 from kinesis.errors import KinesisHashRingError, LeaseLostError
@@ -303,6 +305,16 @@ class ShardStatus:
     failed_attempts: int = 0
     """Failed attempts at the current batch (0 while it goes well)."""
     last_error: str | None = None
+    lag_seconds: float | None = None
+    """``millis_behind_latest`` in seconds (:mod:`kinesis.consumer.shard.lag`)."""
+    lag_age_seconds: float | None = None
+    """Seconds since the lag was measured (a large age with a small lag hides a stalled reader)."""
+    processing_rate: float | None = None
+    """Records per second handed to the processor, smoothed over about a minute."""
+    arrival_rate: float | None = None
+    """Records per second entering the shard, smoothed (None while no progress is made)."""
+    catch_up_seconds: float | None = None
+    """Until the lag is 0 at the current trend (0: caught up; ``inf``: not catching up)."""
 
 
 class NoCoordinator:
@@ -346,6 +358,7 @@ class ShardConsumer:
         self.records_processed = 0
         self.batches = 0
         self.millis_behind_latest: int | None = None
+        self.lag = LagTracker()
         self.checkpointer: LeaseCheckpointer | None = None
         self.failure = FailureState()
         self.stopped = threading.Event()
@@ -393,6 +406,7 @@ class ShardConsumer:
 
     def status(self) -> ShardStatus:
         cp = self.checkpointer.last_checkpoint if self.checkpointer is not None else None
+        lag = self.lag.estimate()
         return ShardStatus(
             key=self.key,
             application=self.spec.application,
@@ -405,6 +419,11 @@ class ShardConsumer:
             last_checkpoint=None if cp is None else f"{cp.sequence_number}/{cp.sub_sequence_number}",
             failed_attempts=self.failure.attempts,
             last_error=self.failure.error,
+            lag_seconds=lag.lag_seconds,
+            lag_age_seconds=None if lag.measured_at is None else max(0.0, time.monotonic() - lag.measured_at),
+            processing_rate=lag.processing_rate,
+            arrival_rate=lag.arrival_rate,
+            catch_up_seconds=lag.catch_up_seconds,
         )
 
     # --- the thread -------------------------------------------------------------------
@@ -496,6 +515,7 @@ class ShardConsumer:
                 continue
             try:
                 batch = reader.read_batch()
+                read_at = time.monotonic()  # when millis_behind_latest was true
             except READ_ERRORS as exc:
                 # keep the lease and read again from the same position, backing off (read_failures)
                 self.pool.count("read_errors")
@@ -528,6 +548,7 @@ class ShardConsumer:
                 self.records_processed += len(batch.records)
                 self.batches += 1
                 self.pool.count_records(self.spec, len(batch.records))
+            self.lag.observe(read_at, batch.millis_behind_latest, len(batch.records))
             if batch.shard_ended:
                 if finish_shard(self.key, processor, checkpointer):
                     self.state = "ended"

@@ -177,12 +177,25 @@ class WorkerStatus:
     """``"<application>/<stream>"`` -> records handed to processors by this worker."""
     ticks: int
     seconds_since_tick: float | None
+    max_lag_seconds: float | None = None
+    """The largest lag over the shards held (:mod:`kinesis.consumer.shard.lag`; None: none measured)."""
+    processing_rate: float | None = None
+    """Records per second handed to processors, over the shards held."""
+    arrival_rate: float | None = None
+    """Records per second entering the shards held."""
+    catch_up_seconds: float | None = None
+    """Until every shard held is caught up at the current trends (``inf``: one is not catching up)."""
 
     def to_dict(self) -> dict[str, Any]:
-        """A JSON-friendly dict."""
-        out = asdict(self)
-        out["shards"] = [asdict(s) for s in self.shards]
+        """A JSON-friendly dict (an infinite catch-up time is the string ``"inf"``: JSON has no
+        infinity)."""
+        out = _finite(asdict(self))
+        out["shards"] = [_finite(asdict(s)) for s in self.shards]
         return out
+
+
+def _finite(values: dict[str, Any]) -> dict[str, Any]:
+    return {k: "inf" if isinstance(v, float) and v == float("inf") else v for k, v in values.items()}
 
 
 def seconds_since(at: float | None, now: float) -> float | None:

@@ -2,21 +2,8 @@
 
 ``prometheus_client`` is imported lazily: without it :func:`build_registry` returns ``None``
 and the worker runs without metrics. The collector reads :meth:`Worker.status` at scrape
-time, so there is no second set of counters to keep in sync. Metrics (label ``worker`` on all):
-
-===================================================== ======= ============================
-``kinesis_worker_leases_held``                        gauge   leases held now
-``kinesis_worker_ready``                              gauge   1 when the readiness probe passes
-``kinesis_worker_records_processed_total``            counter by ``application``, ``stream``
-``kinesis_worker_millis_behind_latest``               gauge   by ``application``, ``stream``, ``shard``
-``kinesis_worker_handoffs_total``                     counter graceful hand-offs given
-``kinesis_worker_takeovers_total``                    counter expired/orphaned leases taken
-``kinesis_worker_lease_loop_errors_total``            counter failed lease-loop operations
-``kinesis_worker_processor_errors_total``             counter failed processor attempts
-``kinesis_worker_records_skipped_total``              counter records skipped by ``on_exhausted``
-``kinesis_worker_shards_stuck``                       gauge   shards stuck on one batch
-``kinesis_worker_lease_events_total``                 counter every coordinator counter, by ``event``
-===================================================== ======= ============================
+time, so there is no second set of counters to keep in sync. The metrics, their types,
+labels and units: ``docs/metrics.md`` (a test keeps the two in step).
 """
 
 from __future__ import annotations
@@ -70,6 +57,29 @@ class WorkerCollector:
             if shard.millis_behind_latest is not None:
                 lag.add_metric([w, shard.application, shard.stream, shard.shard_id], shard.millis_behind_latest)
         yield lag
+        for name, doc, attr in (
+            ("kinesis_worker_lag_seconds", "MillisBehindLatest of the last read per shard, in seconds", "lag_seconds"),
+            ("kinesis_worker_lag_age_seconds", "Seconds since each shard's lag was measured", "lag_age_seconds"),
+        ):
+            per_shard = GaugeMetricFamily(name, doc, labels=["worker", "application", "stream", "shard"])
+            for shard in status.shards:
+                if (value := getattr(shard, attr)) is not None:
+                    per_shard.add_metric([w, shard.application, shard.stream, shard.shard_id], value)
+            yield per_shard
+        for name, doc, value in (
+            ("kinesis_worker_max_lag_seconds", "The largest lag over the shards held, in seconds "
+             "(the autoscaling signal)", status.max_lag_seconds),
+            ("kinesis_worker_processing_records_per_second", "Records per second handed to processors "
+             "(smoothed over about a minute)", status.processing_rate),
+            ("kinesis_worker_arrival_records_per_second", "Records per second entering the shards held "
+             "(smoothed)", status.arrival_rate),
+            ("kinesis_worker_catch_up_seconds", "Seconds until every shard held is caught up at the "
+             "current trends (+Inf: not catching up)", status.catch_up_seconds),
+        ):
+            gauge = GaugeMetricFamily(name, doc, labels=["worker"])
+            if value is not None:
+                gauge.add_metric([w], value)
+            yield gauge
         stuck = GaugeMetricFamily(
             "kinesis_worker_shards_stuck",
             "Shards whose processor failed on the same batch max_attempts times (still retried)",

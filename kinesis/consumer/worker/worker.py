@@ -61,6 +61,7 @@ from typing import Any
 from hashring import Membership
 from kinesis.consumer.discovery.manifest import shard_provider
 from kinesis.consumer.retrieval.fanout import deregister_on_stop
+from kinesis.consumer.shard.lag import LagEstimate, worker_lag
 from kinesis.consumer.worker import health as worker_health
 from kinesis.consumer.worker import setup as worker_setup
 from kinesis.consumer.worker.config import (
@@ -361,6 +362,9 @@ class Worker:
         running = self.state in ("running", "stopping")
         members = worker_health.planned_members(self.coordinator.last_plan) if running else ()
         worker_counters, records = self.pool.totals()
+        shards = tuple(self.pool.statuses())
+        lag = worker_lag([LagEstimate(s.lag_seconds, None, s.processing_rate, s.arrival_rate, s.catch_up_seconds)
+                          for s in shards if s.key in cs.held])
         return WorkerStatus(
             worker_id=self.worker_id,
             state=self.state,
@@ -369,12 +373,16 @@ class Worker:
             members=members,
             held=cs.held,
             pending_handoffs=dict(cs.pending_handoffs),
-            shards=tuple(self.pool.statuses()),
+            shards=shards,
             lease_counters=dict(cs.counters),
             worker_counters=worker_counters,
             records_processed=records,
             ticks=cs.ticks,
             seconds_since_tick=worker_health.seconds_since(self.coordinator.status().last_tick_at, self.clock()),
+            max_lag_seconds=lag.max_lag_seconds,
+            processing_rate=lag.processing_rate,
+            arrival_rate=lag.arrival_rate,
+            catch_up_seconds=lag.catch_up_seconds,
         )
 
     def status_dict(self) -> dict[str, Any]:

@@ -723,3 +723,35 @@ def test_a_stuck_shard_is_counted_in_the_metrics() -> None:
     assert values["kinesis_worker_shards_stuck"] == 2
     assert values["kinesis_worker_records_skipped_total"] == 7
     assert values["kinesis_worker_processor_errors_total"] == 24
+
+
+def test_a_shard_that_is_not_catching_up_shows_infinite_catch_up_in_metrics_and_status() -> None:
+    pytest.importorskip("prometheus_client")
+    import json
+    import math
+
+    from prometheus_client.parser import text_string_to_metric_families
+
+    from kinesis.consumer.shard.consumer import ShardStatus
+    from kinesis.consumer.worker.metrics import build_registry, render
+    from kinesis.consumer.worker.worker import WorkerStatus
+
+    behind = ShardStatus("app/orders/s1", "app", "orders", "s1", "processing", 5, 1, 90_000, None,
+                         lag_seconds=90.0, lag_age_seconds=0.5, processing_rate=20.0, arrival_rate=30.0,
+                         catch_up_seconds=math.inf)
+    status = WorkerStatus("w1", "running", True, True, ("w1",), ("app/orders/s1",), {}, (behind,), {}, {}, {}, 3,
+                          0.1, max_lag_seconds=90.0, processing_rate=20.0, arrival_rate=30.0,
+                          catch_up_seconds=math.inf)
+
+    class Source:
+        def status(self) -> WorkerStatus:
+            return status
+
+    text = render(build_registry(Source()))[0].decode()  # type: ignore[arg-type]
+    values = {s.name: s.value for f in text_string_to_metric_families(text) for s in f.samples}
+    assert values["kinesis_worker_max_lag_seconds"] == 90.0
+    assert values["kinesis_worker_catch_up_seconds"] == math.inf
+    assert values["kinesis_worker_arrival_records_per_second"] == 30.0
+    assert values["kinesis_worker_lag_age_seconds"] == 0.5
+    as_json = json.loads(json.dumps(status.to_dict(), allow_nan=False))  # strict JSON: no Infinity
+    assert as_json["catch_up_seconds"] == "inf" and as_json["shards"][0]["catch_up_seconds"] == "inf"

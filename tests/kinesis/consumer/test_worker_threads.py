@@ -122,6 +122,13 @@ def test_two_workers_balance_then_a_graceful_stop_hands_off_without_duplicates(a
         assert samples[("kinesis_worker_takeovers_total", (("worker", "w2"),))] == 0
         assert samples[("kinesis_worker_handoffs_total", (("worker", "w2"),))] == c2["handoffs"]
         assert any(name == "kinesis_worker_millis_behind_latest" for name, _ in samples)
+        # lag: every shard held was measured; all caught up, the autoscaling signal reads 0
+        assert len([k for k in samples if k[0] == "kinesis_worker_lag_seconds"]) == 6
+        assert len([k for k in samples if k[0] == "kinesis_worker_lag_age_seconds"]) == 6
+        assert ("kinesis_worker_max_lag_seconds", (("worker", "w2"),)) in samples
+        assert eventually(lambda: (w2.status().max_lag_seconds, w2.status().catch_up_seconds) == (0.0, 0.0), 10), \
+            w2.status()
+        assert w2.status_dict()["shards"][0]["lag_seconds"] == 0.0
         status = w2.status()
         assert status.ready and status.members == ("w2",) and len(status.shards) == 6
         assert status.records_processed == {"app/orders": processed}

@@ -1,0 +1,109 @@
+"""How far behind a shard's consumer is, how fast it catches up, and when it will have.
+
+Kinesis answers every GetRecords (and every fan-out event) with ``MillisBehindLatest``: how far
+the records just read are from the tip of the shard, in stream time. Its trend is the signal
+autoscaling needs: while a consumer covers ``s`` seconds of stream per second, the lag ``L``
+changes by ``dL/dt = 1 - s`` per second; so
+
+* the catch-up time is ``L / -(dL/dt)`` while the lag shrinks (unknown, ``inf``, while it
+  does not: more consumers are needed), and 0 once it is 0;
+* the arrival rate (records per second entering the shard) is the processing rate divided by
+  ``s``: records processed per second cover ``s`` seconds of stream each second.
+
+Rates and the slope are smoothed by an exponential moving average with a time constant of
+``window`` seconds (default a minute), weighted by the time between observations so uneven
+polls count fairly. Pure: the caller passes its monotonic clock's readings.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class LagEstimate:
+    """One shard's lag and rates (None: not measured yet)."""
+
+    lag_seconds: float | None
+    """MillisBehindLatest of the last read, in seconds."""
+    measured_at: float | None
+    """When it was read (the caller's monotonic clock)."""
+    processing_rate: float | None
+    """Records per second handed to the processor (smoothed)."""
+    arrival_rate: float | None
+    """Records per second entering the shard (smoothed; None while the consumer makes no progress)."""
+    catch_up_seconds: float | None
+    """Until the lag is 0 at the current trend: 0 when caught up, ``inf`` while it does not shrink."""
+
+
+class LagTracker:
+    """The lag of one shard's consumer over time (see the module docs)."""
+
+    def __init__(self, window: float = 60.0):
+        if not window > 0:
+            raise ValueError(f"window must be > 0 seconds, got {window!r}")
+        self._window = window
+        self._lag: float | None = None
+        self._at: float | None = None
+        self._rate: float | None = None  # records / s
+        self._slope: float | None = None  # d(lag)/dt, seconds per second
+
+    def observe(self, now: float, millis_behind_latest: int | None, records: int) -> None:
+        """A read answered at ``now`` with ``millis_behind_latest`` (None: not reported) and
+        ``records`` records handed to the processor since the last observation."""
+        if millis_behind_latest is None:
+            return
+        lag = max(0.0, millis_behind_latest / 1000.0)
+        if self._at is not None and self._lag is not None and now > self._at:
+            dt = now - self._at
+            weight = 1.0 - math.exp(-dt / self._window)
+            rate, slope = records / dt, (lag - self._lag) / dt
+            self._rate = rate if self._rate is None else self._rate + weight * (rate - self._rate)
+            self._slope = slope if self._slope is None else self._slope + weight * (slope - self._slope)
+        self._lag, self._at = lag, now
+
+    def estimate(self) -> LagEstimate:
+        """The current estimate."""
+        if self._lag is None:
+            return LagEstimate(None, None, None, None, None)
+        catch_up: float | None
+        if self._lag == 0.0:
+            catch_up = 0.0
+        elif self._slope is None:
+            catch_up = None
+        else:
+            catch_up = self._lag / -self._slope if self._slope < 0 else math.inf
+        arrival = None
+        if self._rate is not None and self._slope is not None:
+            speed = 1.0 - self._slope  # seconds of stream covered per second
+            arrival = self._rate / speed if speed > 0 else None
+        return LagEstimate(self._lag, self._at, self._rate, arrival, catch_up)
+
+
+@dataclass(frozen=True)
+class FleetLag:
+    """A Worker's lag over the shards it holds (None: no shard measured yet)."""
+
+    max_lag_seconds: float | None
+    processing_rate: float | None
+    arrival_rate: float | None
+    catch_up_seconds: float | None
+    """Until every held shard is caught up at the current trends (``inf``: one is not catching up)."""
+
+
+def worker_lag(estimates: list[LagEstimate]) -> FleetLag:
+    """The Worker's figures from its shards' (rates add up; lag and catch-up are the worst)."""
+    measured = [e for e in estimates if e.lag_seconds is not None]
+    if not measured:
+        return FleetLag(None, None, None, None)
+
+    def total(values: list[float | None]) -> float | None:
+        known = [v for v in values if v is not None]
+        return sum(known) if known else None
+
+    catch_ups = [e.catch_up_seconds for e in measured]
+    catch_up = None if any(c is None for c in catch_ups) else max(c for c in catch_ups if c is not None)
+    return FleetLag(max(e.lag_seconds for e in measured if e.lag_seconds is not None),
+                    total([e.processing_rate for e in measured]), total([e.arrival_rate for e in measured]),
+                    catch_up)
