@@ -120,6 +120,7 @@ class RetryingConsumer(Protocol):
     shard_id: str
     state: str
     failure: FailureState
+    call_started: float | None
 
     @property
     def spec(self) -> StreamConfig: ...
@@ -164,7 +165,11 @@ def deliver(
     attempts = 0
     while True:
         try:
-            processor.process_records(records, checkpointer, millis_behind_latest=lag)
+            consumer.call_started = time.monotonic()  # the watchdog times the call (worker.watchdog)
+            try:
+                processor.process_records(records, checkpointer, millis_behind_latest=lag)
+            finally:
+                consumer.call_started = None
         except LeaseLostError:
             raise
         except Exception as exc:
@@ -315,6 +320,8 @@ class ShardStatus:
     """Records per second entering the shard, smoothed (None while no progress is made)."""
     catch_up_seconds: float | None = None
     """Until the lag is 0 at the current trend (0: caught up; ``inf``: not catching up)."""
+    processor_call_seconds: float | None = None
+    """How long the processor call in progress has run (None between calls)."""
 
 
 class NoCoordinator:
@@ -359,6 +366,8 @@ class ShardConsumer:
         self.batches = 0
         self.millis_behind_latest: int | None = None
         self.lag = LagTracker()
+        self.call_started: float | None = None
+        """When the processor call in progress began (monotonic; None between calls)."""
         self.checkpointer: LeaseCheckpointer | None = None
         self.failure = FailureState()
         self.stopped = threading.Event()
@@ -424,6 +433,7 @@ class ShardConsumer:
             processing_rate=lag.processing_rate,
             arrival_rate=lag.arrival_rate,
             catch_up_seconds=lag.catch_up_seconds,
+            processor_call_seconds=None if (started := self.call_started) is None else time.monotonic() - started,
         )
 
     # --- the thread -------------------------------------------------------------------

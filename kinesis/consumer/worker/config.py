@@ -240,7 +240,12 @@ class WorkerConfig:
     Processor failures: ``processor_retry`` (:class:`~kinesis.consumer.shard.failures.ProcessorRetryPolicy`):
     a batch the processor raised on is retried in place with exponential backoff; after
     ``max_attempts`` the shard is reported stuck and retried at ``max_backoff`` unless its
-    ``on_exhausted`` handler skips (e.g. dead-letters) the batch.
+    ``on_exhausted`` handler skips (e.g. dead-letters) the batch. ``processor_timeout``
+    (seconds; default None: off): a ``process_records`` call running longer is reported once
+    with its thread's stack, counted, and shown in ``status()``
+    (:mod:`kinesis.consumer.worker.watchdog`); ``on_processor_timeout``: ``"wait"`` (default:
+    report and keep waiting) or ``"restart"`` (the liveness probe fails while a call is hung,
+    so Kubernetes restarts the pod: Python cannot stop a thread).
 
     Health: ``health_port`` (None: no server; 0: any free port) on ``health_host``;
     ``liveness_timeout`` (default ``max(3 ticks, lease_duration)``): the liveness probe fails
@@ -278,6 +283,8 @@ class WorkerConfig:
     reads: Literal["auto", "scan", "scoped"] = "auto"
     manifest_poll_interval: float | None = None
     backup_check_interval: float | None = None
+    processor_timeout: float | None = None
+    on_processor_timeout: Literal["wait", "restart"] = "wait"
     _timing: LeaseTiming = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -321,6 +328,11 @@ class WorkerConfig:
         _seconds("shard_sync_interval", self.shard_sync_interval)
         _seconds("manifest_poll_interval", self.manifest_poll_interval, allow_none=True)
         _seconds("backup_check_interval", self.backup_check_interval, allow_none=True)
+        _seconds("processor_timeout", self.processor_timeout, allow_none=True)
+        if self.on_processor_timeout not in ("wait", "restart"):
+            raise ConfigurationError(
+                f"on_processor_timeout must be 'wait' or 'restart', got {self.on_processor_timeout!r}"
+            )
         if self.reads not in ("auto", "scan", "scoped"):
             raise ConfigurationError(f"reads must be 'auto', 'scan' or 'scoped', got {self.reads!r}")
         if self.backup_check_interval is not None and self.reads == "scan":

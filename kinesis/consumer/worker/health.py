@@ -185,6 +185,8 @@ class WorkerStatus:
     """Records per second entering the shards held."""
     catch_up_seconds: float | None = None
     """Until every shard held is caught up at the current trends (``inf``: one is not catching up)."""
+    processors_hung: int = 0
+    """Processor calls past ``processor_timeout`` (:mod:`kinesis.consumer.worker.watchdog`)."""
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-friendly dict (an infinite catch-up time is the string ``"inf"``: JSON has no

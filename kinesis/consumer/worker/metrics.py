@@ -87,6 +87,12 @@ class WorkerCollector:
         )
         stuck.add_metric([w], sum(1 for shard in status.shards if shard.state == "stuck"))
         yield stuck
+        hung = GaugeMetricFamily(
+            "kinesis_worker_processors_hung", "Processor calls running longer than processor_timeout",
+            labels=["worker"],
+        )
+        hung.add_metric([w], status.processors_hung)
+        yield hung
         c = status.lease_counters
         for name, value, doc in (
             ("kinesis_worker_handoffs", c.get("handoffs", 0), "Graceful hand-offs given to another member"),

@@ -74,6 +74,7 @@ from kinesis.consumer.worker.config import (
 from kinesis.consumer.worker.health import HealthServer, WorkerStatus
 from kinesis.consumer.worker.metrics import build_registry, render
 from kinesis.consumer.worker.pool import ConsumerPool
+from kinesis.consumer.worker.watchdog import Watchdog
 from kinesis.errors import ConfigurationError
 from kinesis.lease_loop.coordinator import LeaseCoordinator
 from kinesis.lease_loop.membership import DynamoDBMembership, SessionMembership
@@ -180,6 +181,8 @@ class Worker:
         self._stop_requested = threading.Event()
         self._stopped = threading.Event()
         self._stop_result = False
+        self.watchdog = Watchdog(config.processor_timeout, time.monotonic) if config.processor_timeout else None
+        """Reports processor calls past ``processor_timeout`` (None: off)."""
         self._lock = threading.Lock()
 
     # --- lifecycle -----------------------------------------------------------------------
@@ -204,6 +207,8 @@ class Worker:
                 self._health = HealthServer(self, self.config.health_host, self.config.health_port).start()
             self._started_at = self.clock()
             self.coordinator.start()
+            if self.watchdog is not None:
+                threading.Thread(target=self._watch, name=f"watchdog-{self.worker_id}", daemon=True).start()
         except BaseException:
             with self._lock:
                 self._state = "new"
@@ -215,6 +220,14 @@ class Worker:
             self._state = "running"
         log.info("%s", self.startup_line())
         return self
+
+    def _watch(self) -> None:
+        """The watchdog's thread: check the processor calls until the Worker stops, at least
+        twice per ``processor_timeout`` and once per tick."""
+        assert self.watchdog is not None
+        interval = min(self.watchdog.timeout / 2, self.config.effective_tick_interval)
+        while not self._stopped.wait(interval):
+            self.watchdog.check(self.pool.consumers())
 
     def startup_line(self) -> str:
         """One line that says who this worker is and how it runs (logged at start)."""
@@ -333,6 +346,8 @@ class Worker:
         refuse to run under a member id another process uses)."""
         if self.state not in ("running", "stopping") or self.coordinator.refused is not None:
             return False
+        if self.config.on_processor_timeout == "restart" and self.watchdog is not None and self.watchdog.hung:
+            return False  # a processor call will not return: only a new process frees its shard
         return worker_health.is_live(self.coordinator.status().last_tick_at, self._started_at, self.clock(),
                                      self.config.effective_liveness_timeout)
 
@@ -383,6 +398,7 @@ class Worker:
             processing_rate=lag.processing_rate,
             arrival_rate=lag.arrival_rate,
             catch_up_seconds=lag.catch_up_seconds,
+            processors_hung=len(self.watchdog.hung) if self.watchdog is not None else 0,
         )
 
     def status_dict(self) -> dict[str, Any]:

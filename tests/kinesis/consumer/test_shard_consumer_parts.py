@@ -139,8 +139,11 @@ class Consumer:
     waits: list[float] = field(default_factory=list)
     seen: list[tuple[str, int]] = field(default_factory=list)  # (state, attempts) at every wait
     stop_after: int | None = None
+    call_started: float | None = None
+    timed_at_waits: list[float | None] = field(default_factory=list)
 
     def wait_to_retry(self, delay: float) -> bool:
+        self.timed_at_waits.append(self.call_started)
         self.waits.append(delay)
         self.seen.append((self.state, self.failure.attempts))
         return self.stop_after is None or len(self.waits) < self.stop_after
@@ -177,6 +180,20 @@ def test_a_batch_is_retried_with_backoff_until_the_processor_succeeds() -> None:
     assert consumer.seen == [("retrying", 1), ("retrying", 2)]
     assert consumer.pool.counts == {"processor_errors": 2}
     assert consumer.failure == FailureState() and consumer.state == "processing"
+
+
+def test_only_the_processor_call_is_timed_for_the_watchdog_never_the_backoff() -> None:
+    consumer = Consumer()
+    timed: list[float | None] = []
+
+    class Timed(Processor):
+        def process_records(self, records, checkpointer, millis_behind_latest=None) -> None:
+            timed.append(consumer.call_started)
+            super().process_records(records, checkpointer, millis_behind_latest)
+
+    assert deliver(consumer, [rec(1)], None, Timed(fail=2), Checkpointer(), POLICY)
+    assert len(timed) == 3 and all(t is not None for t in timed)
+    assert consumer.timed_at_waits == [None, None] and consumer.call_started is None
 
 
 def test_a_checkpoint_between_failures_starts_the_count_again_and_is_not_delivered_again() -> None:

@@ -1,0 +1,81 @@
+"""The stuck-processor watchdog: a processor call that runs past ``processor_timeout`` is reported.
+
+A ``process_records`` call that never returns holds its shard for ever: the lease is renewed
+(the member is alive), so nobody takes it over, and nothing is processed. KCL only logs such
+tasks; here each one is reported once per call, with the stack of the thread running it (taken
+from its current frame), counted in ``status()`` and ``/metrics``, and, with
+``on_processor_timeout="restart"``, fails ``/livez`` so Kubernetes restarts the pod.
+
+Python cannot stop a thread from outside: the honest remedy for a call that will not return is
+a new process. The restart goes through the pod's SIGTERM, so the Worker first hands off every
+lease it can (the hung shard's hand-off waits for its call until ``shutdown_grace``; then its
+lease expires and another member takes it from its last checkpoint). With the default
+``"wait"`` the Worker only reports and keeps waiting (the call may yet return).
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+import threading
+import traceback
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import Protocol
+
+log = logging.getLogger(__name__)
+
+
+class Watched(Protocol):
+    """What the watchdog reads of a shard consumer."""
+
+    key: str
+    call_started: float | None
+    """When its processor call in progress began (monotonic), None between calls."""
+    thread: threading.Thread
+
+
+@dataclass(frozen=True)
+class Hung:
+    """A processor call past its timeout."""
+
+    key: str
+    seconds: float
+    """How long the call has run."""
+
+
+def thread_stack(thread: threading.Thread) -> str:
+    """The current stack of ``thread`` (innermost frame last), or why there is none."""
+    frame = sys._current_frames().get(thread.ident) if thread.ident is not None else None
+    if frame is None:
+        return "(the thread has no frame: it ended)"
+    return "".join(traceback.format_stack(frame))
+
+
+class Watchdog:
+    """Reports processor calls that run longer than ``timeout`` seconds (see the module docs)."""
+
+    def __init__(self, timeout: float, clock: Callable[[], float]):
+        self.timeout = timeout
+        self._clock = clock
+        self._reported: set[tuple[str, float]] = set()  # (key, call start) already logged
+        self.hung: tuple[Hung, ...] = ()
+        """The calls past their timeout at the last :meth:`check`."""
+
+    def check(self, consumers: Iterable[Watched]) -> tuple[Hung, ...]:
+        """Look at every consumer's call in progress; log each new hung call once, with its stack."""
+        now = self._clock()
+        hung, current = [], set()
+        for consumer in consumers:
+            started = consumer.call_started
+            if started is None or now - started < self.timeout:
+                continue
+            current.add((consumer.key, started))
+            hung.append(Hung(consumer.key, now - started))
+            if (consumer.key, started) not in self._reported:
+                log.error("%s: processor call STUCK for %.1f s (processor_timeout %.1f s): the shard makes no "
+                          "progress while its lease is held; the thread's stack:\n%s",
+                          consumer.key, now - started, self.timeout, thread_stack(consumer.thread))
+        self._reported = current
+        self.hung = tuple(hung)
+        return self.hung

@@ -1,0 +1,133 @@
+"""The stuck-processor watchdog (kinesis.consumer.worker.watchdog): unit level on a real blocked
+thread, then through a Worker on moto whose processor hangs on its first batch."""
+
+from __future__ import annotations
+
+import logging
+import threading
+import urllib.error
+import urllib.request
+from dataclasses import dataclass, field
+from typing import Any
+
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from kinesis import StreamConfig, Worker, WorkerConfig
+from kinesis.consumer.retrieval import Record
+from kinesis.consumer.shard.processor import Checkpointer
+from kinesis.consumer.worker.watchdog import Watchdog
+from kinesis.errors import ConfigurationError
+from kinesis.testing import FakeClock, LocalAWS
+from tests.support.waiting import eventually
+from tests.support.worker_journal import Journal, JournalProcessor, put_records
+
+
+def wait_in_the_processor(release: threading.Event) -> None:
+    release.wait(60)
+
+
+@dataclass
+class Watched:
+    key: str
+    thread: threading.Thread
+    call_started: float | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+def test_a_call_past_the_timeout_is_reported_once_with_its_threads_stack(caplog: pytest.LogCaptureFixture) -> None:
+    release = threading.Event()
+    thread = threading.Thread(target=wait_in_the_processor, args=(release,), daemon=True)
+    thread.start()
+    clock = FakeClock(100.0)
+    watched = Watched("app/orders/s1", thread, call_started=100.0)
+    dog = Watchdog(5.0, clock)
+    caplog.set_level(logging.ERROR, logger="kinesis.consumer.worker.watchdog")
+    try:
+        clock.advance(4.9)
+        assert dog.check([watched]) == () and not caplog.records
+        clock.advance(0.2)
+        assert [h.key for h in dog.check([watched])] == ["app/orders/s1"]
+        clock.advance(30)
+        assert dog.check([watched])[0].seconds == pytest.approx(35.1)
+        assert len(caplog.records) == 1  # once per call, however long it hangs
+        message = caplog.records[0].getMessage()
+        assert "app/orders/s1: processor call STUCK for 5.1 s" in message
+        assert "wait_in_the_processor" in message and "release.wait(60)" in message  # where it hangs
+        watched.call_started = None  # the call returned
+        assert dog.check([watched]) == () and dog.hung == ()
+        watched.call_started = clock()  # the next call hangs too: a new report
+        clock.advance(6)
+        dog.check([watched])
+        assert len(caplog.records) == 2
+    finally:
+        release.set()
+
+
+def test_the_timeout_settings_are_checked() -> None:
+    with pytest.raises(ConfigurationError, match="processor_timeout must be"):
+        WorkerConfig("leases", [StreamConfig("orders", "app")], processor_timeout=0)
+    with pytest.raises(ConfigurationError, match="on_processor_timeout must be 'wait' or 'restart', got 'kill'"):
+        WorkerConfig("leases", [StreamConfig("orders", "app")], processor_timeout=5,
+                     on_processor_timeout="kill")  # type: ignore[arg-type]
+
+
+class HangsOnce(JournalProcessor):
+    """Hangs in its first process_records until ``release`` is set."""
+
+    hung = threading.Event()
+
+    def __init__(self, journal: Journal, worker: str, release: threading.Event):
+        super().__init__(journal, worker)
+        self.release = release
+
+    def process_records(self, records: list[Record], checkpointer: Checkpointer,
+                        millis_behind_latest: int | None = None) -> None:
+        if not HangsOnce.hung.is_set():
+            HangsOnce.hung.set()
+            wait_in_the_processor(self.release)
+        super().process_records(records, checkpointer, millis_behind_latest)
+
+
+def livez(url: str) -> int:
+    try:
+        return int(urllib.request.urlopen(url + "/livez").status)
+    except urllib.error.HTTPError as exc:
+        return int(exc.code)
+
+
+def test_a_hung_processor_is_reported_counted_and_fails_livez_with_restart(
+        aws: LocalAWS, caplog: pytest.LogCaptureFixture) -> None:
+    kinesis = aws.client("kinesis")
+    kinesis.create_stream(StreamName="orders", ShardCount=1)
+    written = put_records(kinesis, "orders", 20)
+    journal, release = Journal(), threading.Event()
+    HangsOnce.hung.clear()
+    config = WorkerConfig("watchdog-leases", [StreamConfig("orders", "app", "TRIM_HORIZON")], worker_id="w1",
+                          lease_duration=10.0, tick_interval=2.0 / 3, idle_backoff=0.1, health_port=0,
+                          processor_timeout=1.0, on_processor_timeout="restart")
+    worker = Worker(config, lambda: HangsOnce(journal, "w1", release),
+                    kinesis_client=aws.client("kinesis"), dynamodb_client=aws.client("dynamodb"))
+    caplog.set_level(logging.ERROR, logger="kinesis.consumer.worker.watchdog")
+    worker.start()
+    try:
+        url = worker.health_url
+        assert url is not None
+        assert eventually(lambda: worker.status().processors_hung == 1, 30), worker.status()
+        shard = worker.status().shards[0]
+        assert shard.processor_call_seconds is not None and shard.processor_call_seconds >= 1.0
+        assert livez(url) == 503 and not worker.is_live()
+        samples = {s.name: s.value for f in text_string_to_metric_families(
+            urllib.request.urlopen(url + "/metrics").read().decode()) for s in f.samples}
+        assert samples["kinesis_worker_processors_hung"] == 1
+        # checked again and again while it hangs (twice per timeout), reported once
+        assert eventually(lambda: (worker.status().shards[0].processor_call_seconds or 0) > 3.0, 30)
+        reports = [r for r in caplog.records if "processor call STUCK" in r.getMessage()]
+        assert len(reports) == 1 and "wait_in_the_processor" in reports[0].getMessage()
+        release.set()  # the call returns: nothing hung, live again, every record processed
+        assert eventually(lambda: worker.status().processors_hung == 0 and worker.is_live(), 30)
+        assert livez(url) == 200
+        assert journal.wait_for(lambda _: set(written) <= journal.processed(), 30)
+    finally:
+        release.set()
+        worker.stop()
