@@ -13,6 +13,10 @@ from pathlib import Path
 from typing import Any
 from unittest import mock
 
+from tests.support.moto_trim import MOTO_ACCOUNT as MOTO_ACCOUNT
+from tests.support.moto_trim import moto_stream as moto_stream
+from tests.support.moto_trim import trim_oldest as trim_oldest
+
 
 def make_session(master: str = "local[2]", app_name: str = "kinesis-hashring-tests") -> Any:
     """A local SparkSession whose Python workers run this interpreter (the project's venv)."""
@@ -173,19 +177,3 @@ def logged_offsets(reader: Any) -> list[dict[str, Any]]:
     return offsets
 
 
-#: moto's default account: the one the "testing" keys map to.
-MOTO_ACCOUNT = "123456789012"
-
-
-def moto_stream(name: str, region: str = "us-east-1") -> Any:
-    """The in-process moto server's model of stream ``name`` (for simulating what AWS does)."""
-    from moto.kinesis.models import kinesis_backends
-
-    return kinesis_backends[MOTO_ACCOUNT][region].streams[name]
-
-
-def trim_oldest(stream: str, shard_id: str, count: int) -> None:
-    """Delete the ``count`` oldest records of a moto shard, as the retention period does."""
-    records = moto_stream(stream).shards[shard_id].records
-    for sequence_number in list(records)[:count]:
-        del records[sequence_number]

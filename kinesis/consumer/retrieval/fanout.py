@@ -545,6 +545,8 @@ class FanOutReader:
         if not self._may_call():
             return None  # still waiting (in slices of max_block, so the caller checks its lease)
         position = self._starting_position()
+        if position["Type"] == "AT_SEQUENCE_NUMBER":
+            self._cursor.expect_resume()  # its first record must be that one (DataGap otherwise)
         arn = self.registration.arn
         self._last_call = time.monotonic()
         self.stats.subscribe_calls += 1

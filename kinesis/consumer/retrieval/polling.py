@@ -59,6 +59,21 @@ class ReadResult:
     """At SHARD_END, the children GetRecords named (empty if the service did not say)."""
     stopped: bool = False
     """True when the stop event interrupted the read; ``records`` is then empty."""
+    lost: DataGap | None = None
+    """Set when the read found its resume position trimmed (:class:`DataGap`)."""
+
+
+@dataclass(frozen=True)
+class DataGap:
+    """A reader resumed at ``after`` (the last record delivered, or a checkpoint) and Kinesis no
+    longer has it: the retention period trimmed it. The oldest record still there is
+    ``first_available``; the records between the two, if any were written, are lost (Kinesis
+    sequence numbers are not contiguous, so their count cannot be known)."""
+
+    after: Position
+    first_available: str
+    first_arrival: datetime | None
+    """``ApproximateArrivalTimestamp`` of ``first_available``."""
 
 
 @dataclass
@@ -109,6 +124,14 @@ class BatchCursor:
         self.exhausted = False  # the shard is closed and its last records were fetched
         self.children: tuple[str, ...] = ()
         self._pending: list[Record] = []
+        self._verify: Position | None = None  # a fetch from here must return this record first
+        self._gap: DataGap | None = None
+
+    def expect_resume(self) -> None:
+        """The next fetch starts AT_SEQUENCE_NUMBER of :attr:`resume` (a new iterator or
+        subscription): its first record must be that record, unless the retention period
+        trimmed it (:class:`DataGap`, reported with the next batch)."""
+        self._verify = self.resume
 
     @property
     def shard_ended(self) -> bool:
@@ -129,6 +152,12 @@ class BatchCursor:
         self.millis_behind = millis_behind
         if raw and self.first_sequence_number is None:
             self.first_sequence_number = str(raw[0]["SequenceNumber"])
+        if raw and self._verify is not None:
+            first = str(raw[0]["SequenceNumber"])
+            if first != self._verify.sequence_number:
+                arrival = raw[0].get("ApproximateArrivalTimestamp")
+                self._gap = DataGap(self._verify, first, arrival if isinstance(arrival, datetime) else None)
+            self._verify = None
         records = records_from_response(self.stream_name, self.shard_id, raw)
         if self.resume is not None:
             resume = self.resume
@@ -152,7 +181,8 @@ class BatchCursor:
             self.stats.records_delivered += len(records)
         ended = self.shard_ended
         wait = 0.0 if ended or self._pending else pause
-        return ReadResult(records, self.millis_behind, ended, wait, self.children if ended else ())
+        gap, self._gap = self._gap, None
+        return ReadResult(records, self.millis_behind, ended, wait, self.children if ended else (), lost=gap)
 
     def hold_back(self, records: list[Record], resume: Position | None) -> None:
         """Take back records delivered but not used; they come first next time."""
@@ -162,7 +192,8 @@ class BatchCursor:
             self.resume = resume
 
     def empty(self, *, stopped: bool = False) -> ReadResult:
-        return ReadResult([], self.millis_behind, False, 0.0, stopped=stopped)
+        gap, self._gap = (None, self._gap) if stopped else (self._gap, None)
+        return ReadResult([], self.millis_behind, False, 0.0, stopped=stopped, lost=gap)
 
 
 class ShardReader:
@@ -349,6 +380,7 @@ class ShardReader:
         args: dict[str, object]
         if self._cursor.resume is not None:
             args = iterator_args(self._cursor.resume)
+            self._cursor.expect_resume()
         elif isinstance(self.start, InitialPosition) and self.start.kind == "LATEST":
             if self._latest_at is None:
                 # Remember when LATEST was taken: if this iterator expires before anything was

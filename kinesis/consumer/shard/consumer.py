@@ -83,6 +83,7 @@ from typing import TYPE_CHECKING, Protocol
 
 from kinesis.consumer.kclpy import adapt_processor
 from kinesis.consumer.retrieval.failures import MAX_READ_BACKOFF, READ_ERRORS, ReadFailures
+from kinesis.consumer.retrieval.polling import DataGap
 from kinesis.consumer.retrieval.positions import Checkpoint, InitialPosition, Position
 from kinesis.consumer.retrieval.readers import BatchReader
 from kinesis.consumer.retrieval.records import Record
@@ -302,7 +303,7 @@ class ShardStatus:
     stream: str
     shard_id: str
     state: str
-    """starting, processing, retrying, stuck, shutting-down, ended, lost, failed or stopped."""
+    """starting, processing, retrying, stuck, data-loss, shutting-down, ended, lost, failed or stopped."""
     records_processed: int
     batches: int
     millis_behind_latest: int | None
@@ -549,6 +550,8 @@ class ShardConsumer:
                 # reads the batch again
                 break
             self.millis_behind_latest = batch.millis_behind_latest
+            if batch.lost is not None and not self._data_lost(batch.lost):
+                break  # on_data_loss="stop_shard": held until stopped; nothing was delivered
             if batch.records:
                 # a batch is in shard order: its last record is its highest position
                 checkpointer.record_delivered(batch.records[-1:])
@@ -569,6 +572,24 @@ class ShardConsumer:
                 self._release()
                 return True
             reader.wait(batch.suggested_wait)
+        return False
+
+    def _data_lost(self, gap: DataGap) -> bool:
+        """Report a trimmed resume position (ERROR, counted); False to stop the shard here
+        (``on_data_loss="stop_shard"``: hold the lease and process nothing until stopped)."""
+        self.pool.count("data_loss_events")
+        arrived = f", arrived {gap.first_arrival.isoformat()}" if gap.first_arrival is not None else ""
+        stop = self.pool.config.on_data_loss == "stop_shard"
+        log.error("%s: DATA LOSS: position %s/%s is no longer in the shard (the stream's retention period "
+                  "trimmed it before it was read on); the oldest record still there is %s%s, and the records "
+                  "written between them are lost. on_data_loss=%r: %s", self.key, gap.after.sequence_number,
+                  gap.after.sub_sequence_number, gap.first_available, arrived, self.pool.config.on_data_loss,
+                  "holding the lease and processing nothing until an operator acts" if stop
+                  else "going on from the oldest record still there")
+        if not stop:
+            return True
+        self.state = "data-loss"
+        self._wake.wait()  # a stop (hand-off, loss of the lease, worker stop) ends the wait
         return False
 
     def wait_to_retry(self, delay: float) -> bool:

@@ -247,6 +247,13 @@ class WorkerConfig:
     report and keep waiting) or ``"restart"`` (the liveness probe fails while a call is hung,
     so Kubernetes restarts the pod: Python cannot stop a thread).
 
+    Data loss: a shard whose resume position (its checkpoint, or the last record delivered
+    when an iterator expired) was trimmed by the retention period is logged as an ERROR
+    naming the shard, the checkpoint and the oldest record still there, and counted;
+    ``on_data_loss``: ``"continue"`` (default, as KCL: go on from the oldest record still
+    there) or ``"stop_shard"`` (hold the lease, process nothing, until an operator restarts
+    the Worker with ``"continue"`` or moves the checkpoint).
+
     Health: ``health_port`` (None: no server; 0: any free port) on ``health_host``;
     ``liveness_timeout`` (default ``max(3 ticks, lease_duration)``): the liveness probe fails
     when the lease loop has not ticked for that long (it is stuck: a restart helps).
@@ -285,6 +292,7 @@ class WorkerConfig:
     backup_check_interval: float | None = None
     processor_timeout: float | None = None
     on_processor_timeout: Literal["wait", "restart"] = "wait"
+    on_data_loss: Literal["continue", "stop_shard"] = "continue"
     _timing: LeaseTiming = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -329,6 +337,8 @@ class WorkerConfig:
         _seconds("manifest_poll_interval", self.manifest_poll_interval, allow_none=True)
         _seconds("backup_check_interval", self.backup_check_interval, allow_none=True)
         _seconds("processor_timeout", self.processor_timeout, allow_none=True)
+        if self.on_data_loss not in ("continue", "stop_shard"):
+            raise ConfigurationError(f"on_data_loss must be 'continue' or 'stop_shard', got {self.on_data_loss!r}")
         if self.on_processor_timeout not in ("wait", "restart"):
             raise ConfigurationError(
                 f"on_processor_timeout must be 'wait' or 'restart', got {self.on_processor_timeout!r}"

@@ -108,6 +108,11 @@ class WorkerCollector:
                 "Failed processor attempts (each batch is retried in place with backoff)",
             ),
             (
+                "kinesis_worker_data_loss_events",
+                status.worker_counters.get("data_loss_events", 0),
+                "Resume positions found trimmed by the retention period (records lost; see the ERROR log)",
+            ),
+            (
                 "kinesis_worker_records_skipped",
                 status.worker_counters.get("records_skipped", 0),
                 "Records skipped by ProcessorRetryPolicy.on_exhausted (e.g. dead-lettered)",
