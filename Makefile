@@ -69,14 +69,23 @@ simulate: venv
 
 .PHONY: simulate-fleet
 ## The lease-protocol simulator's long profile (tests/fleetsim): FLEETSIM_SEEDS seeds (default
-## 10,000) from FLEETSIM_START (default 1) on every core; coverage in benchmarks/results/fleet_sim.json.
+## 10,000) from FLEETSIM_START (default 1) on every core, in parts of FLEETSIM_PART seeds kept in
+## benchmarks/results/fleet_sim_parts/ (an interrupted run resumes where it stopped: delete the
+## parts after a code change), merged into benchmarks/results/fleet_sim.json.
 ## The fast profile runs within `make test`; a failing seed replays with
 ## `PYTHONHASHSEED=0 .venv/bin/python -m tests.fleetsim --seed N`.
 FLEETSIM_SEEDS ?= 10000
 FLEETSIM_START ?= 1
+FLEETSIM_PART ?= 500
+FLEETSIM_PARTS := benchmarks/results/fleet_sim_parts
 simulate-fleet: venv
-	$(PY) -m tests.fleetsim --seeds $(FLEETSIM_SEEDS) --start $(FLEETSIM_START) --shrink \
-		--out benchmarks/results/fleet_sim.json
+	mkdir -p $(FLEETSIM_PARTS)
+	for start in $$(seq $(FLEETSIM_START) $(FLEETSIM_PART) $$(($(FLEETSIM_START) + $(FLEETSIM_SEEDS) - 1))); do \
+		n=$$(( $(FLEETSIM_START) + $(FLEETSIM_SEEDS) - start )); [ $$n -gt $(FLEETSIM_PART) ] && n=$(FLEETSIM_PART); \
+		[ -f $(FLEETSIM_PARTS)/part_$$start.json ] || $(PY) -m tests.fleetsim --seeds $$n --start $$start --quiet \
+			--shrink --out $(FLEETSIM_PARTS)/part_$$start.json || true; \
+	done
+	$(PY) -m tests.fleetsim --merge $(FLEETSIM_PARTS)/part_*.json --out benchmarks/results/fleet_sim.json
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache .mypy_cache .ruff_cache

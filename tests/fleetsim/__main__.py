@@ -5,6 +5,11 @@
     python -m tests.fleetsim --seed 1234                     # replay one seed: its events and log
     python -m tests.fleetsim --membership session --seeds 300  # every member list kept by its members
     python -m tests.fleetsim --replay shrunk.json            # replay a saved (shrunk) scenario
+    python -m tests.fleetsim --merge chunk_*.json --out long.json  # one report from runs in parts
+
+A long profile can run in parts (``--start``/``--seeds`` ranges, each with ``--out``, on one
+commit) and be merged: counts add up, worst recoveries take the maximum, the seed ranges are
+listed (``--merge`` refuses ranges that overlap).
 
 Processes run with ``PYTHONHASHSEED=0`` (re-executed if needed) so a seed replays exactly. A
 failing seed prints its violations, the command that replays it and, with ``--shrink``, a
@@ -14,6 +19,7 @@ smaller scenario that still fails (saved next to ``--out`` as ``fleet_sim_failur
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import multiprocessing
 import os
@@ -69,6 +75,32 @@ def summarise(results: list[dict[str, Any]], elapsed: float) -> dict[str, Any]:
     }
 
 
+def merge(reports: list[dict[str, Any]]) -> dict[str, Any]:
+    """One coverage report from reports of disjoint seed ranges (each with ``seed_range``)."""
+    ranges = sorted(tuple(r["seed_range"]) for r in reports)
+    for (_, end), (start, _) in itertools.pairwise(ranges):
+        if start <= end:
+            raise ValueError(f"seed ranges overlap: {ranges}")
+    out: dict[str, Any] = {"seeds": 0, "failed": 0, "failing_seeds": [], "duplicates_by_cause": {}}
+    for key in ("schedules_by_kind", "schedules_by_membership"):
+        out[key] = {k: sum(r[key].get(k, 0) for r in reports) for k in reports[0][key]}
+    out["worst_recovery_d_by_kind"] = {k: max(r["worst_recovery_d_by_kind"].get(k, 0.0) for r in reports)
+                                       for k in reports[0]["worst_recovery_d_by_kind"]}
+    for r in reports:
+        out["seeds"] += r["seeds"]
+        out["failed"] += r["failed"]
+        out["failing_seeds"] += r["failing_seeds"]
+        for cause, n in r["duplicates_by_cause"].items():
+            out["duplicates_by_cause"][cause] = out["duplicates_by_cause"].get(cause, 0) + n
+    out["failing_seeds"].sort()
+    out["bounds_d"], out["bounds_d_replicas0"] = reports[0]["bounds_d"], reports[0]["bounds_d_replicas0"]
+    out["elapsed_s"] = round(sum(r["elapsed_s"] for r in reports), 1)
+    out["cpu_s_per_schedule"] = round(sum(r["cpu_s_per_schedule"] * r["seeds"] for r in reports) / max(1, out["seeds"]), 3)
+    out["seed_ranges"] = [list(r) for r in ranges]
+    out["failures"] = [f for r in reports for f in r.get("failures", [])][:20]
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m tests.fleetsim", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -89,7 +121,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quiet", action="store_true", help="no progress bar")
     parser.add_argument("--save", type=Path, help="with --seed/--replay: save the scenario (JSON) here, with --note")
     parser.add_argument("--note", default="", help="what the saved scenario found")
+    parser.add_argument("--merge", type=Path, nargs="+", help="merge these reports (--out) into one (with --out)")
     args = parser.parse_args(argv)
+    if args.merge:
+        merged = merge([json.loads(p.read_text()) for p in args.merge])
+        if args.out:
+            args.out.write_text(json.dumps(merged, indent=1) + "\n")
+        print(json.dumps({k: merged[k] for k in ("seeds", "failed", "failing_seeds", "seed_ranges")}))
+        return 1 if merged["failed"] else 0
     console = Console(stderr=True)
     kinds = tuple(k for k in args.kinds.split(",") if k) or None
     fixed = {k: v for k, v in (("reads", args.reads), ("provider", args.provider),
@@ -155,6 +194,7 @@ def main(argv: list[str] | None = None) -> int:
         args.out.parent.mkdir(parents=True, exist_ok=True)
         report["failures"] = [{"seed": r["seed"], "kinds": r["kinds"], "violations": r["violations"]}
                               for r in failed[:20]]
+        report["seed_range"] = [args.start, args.start + args.seeds - 1]
         args.out.write_text(json.dumps(report, indent=1) + "\n")
     print(json.dumps({k: report[k] for k in ("seeds", "failed", "failing_seeds", "schedules_by_membership",
                                              "schedules_per_minute")}))
