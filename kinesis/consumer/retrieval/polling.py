@@ -17,7 +17,7 @@ import time
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any, Protocol
+from typing import Any, Literal, Protocol
 
 from botocore.exceptions import ClientError
 
@@ -74,6 +74,9 @@ class DataGap:
     first_available: str
     first_arrival: datetime | None
     """``ApproximateArrivalTimestamp`` of ``first_available``."""
+    refused: str | None = None
+    """Set when GetShardIterator refused the position outright (its message): the reader goes
+    on from ``TRIM_HORIZON``, the oldest record still there, so nothing still there is skipped."""
 
 
 @dataclass
@@ -126,6 +129,15 @@ class BatchCursor:
         self._pending: list[Record] = []
         self._verify: Position | None = None  # a fetch from here must return this record first
         self._gap: DataGap | None = None
+
+    def refused(self, message: str) -> None:
+        """Kinesis refused to start at :attr:`resume` (trimmed, or not of this shard): report a
+        :class:`DataGap` with the next batch and deliver from the trim horizon on, dropping
+        nothing (a refused position cannot be compared with this shard's records)."""
+        assert self.resume is not None
+        self._gap = DataGap(self.resume, "TRIM_HORIZON", None, refused=message)
+        self.resume = None
+        self._verify = None
 
     def expect_resume(self) -> None:
         """The next fetch starts AT_SEQUENCE_NUMBER of :attr:`resume` (a new iterator or
@@ -206,7 +218,11 @@ class ShardReader:
     poll a second per application, KCL's ``idleTimeBetweenReadsInMillis``), and every call
     starts at least ``min_read_interval`` after the previous one started (catching up, the time
     spent processing a batch counts). ``stop_event`` (shared with a worker's shutdown,
-    optional) interrupts retries and :meth:`wait`.
+    optional) interrupts retries and :meth:`wait`. ``refused_resume``: what a refused resume
+    position (GetShardIterator's ``InvalidArgumentException``) does: ``"raise"``
+    :class:`StartingPositionRejectedError` (default: the caller decides, as Spark's
+    ``failOnDataLoss``), or ``"trim_horizon"``: a :class:`DataGap` with the next batch, then
+    reading from the oldest record still there (the Worker's ``on_data_loss``).
 
     Not thread-safe: one reader is driven by one thread.
     """
@@ -226,8 +242,10 @@ class ShardReader:
         max_iterator_renewals: int = 3,
         stop_event: threading.Event | None = None,
         retry_option: str = "ShardReader(max_attempts=...)",
+        refused_resume: Literal["raise", "trim_horizon"] = "raise",
     ):
         check_reader_args(max_records, start)
+        self.refused_resume = refused_resume
         check_seconds("idle_backoff", idle_backoff, allow_zero=True)
         check_seconds("min_read_interval", min_read_interval, allow_zero=True)
         if max_attempts < 1:
@@ -400,6 +418,12 @@ class ShardReader:
             )
         except ClientError as exc:
             code = error_code(exc) or ""
+            if code == "InvalidArgumentException" and self._cursor.resume is not None \
+                    and self.refused_resume == "trim_horizon":
+                # the position is gone (or never was this shard's): a DataGap, then the oldest record
+                self._cursor.refused(str(exc))
+                self.start = InitialPosition.TRIM_HORIZON
+                return self._acquire_iterator()
             if code == "InvalidArgumentException":
                 raise StartingPositionRejectedError(
                     f"GetShardIterator refused to start shard {self.shard_id} of stream "

@@ -48,7 +48,7 @@ def make_reader(
             kinesis_client, spec.stream, shard_id, start,
             max_records=config.max_records, idle_backoff=config.idle_backoff,
             min_read_interval=config.min_read_interval, stop_event=stop_event,
-            max_attempts=attempts, retry_option=option,
+            max_attempts=attempts, retry_option=option, refused_resume="trim_horizon",
         )
     registration = registrations.get(spec.key_prefix)
     if registration is None:

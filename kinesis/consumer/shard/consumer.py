@@ -580,10 +580,13 @@ class ShardConsumer:
         self.pool.count("data_loss_events")
         arrived = f", arrived {gap.first_arrival.isoformat()}" if gap.first_arrival is not None else ""
         stop = self.pool.config.on_data_loss == "stop_shard"
-        log.error("%s: DATA LOSS: position %s/%s is no longer in the shard (the stream's retention period "
-                  "trimmed it before it was read on); the oldest record still there is %s%s, and the records "
-                  "written between them are lost. on_data_loss=%r: %s", self.key, gap.after.sequence_number,
-                  gap.after.sub_sequence_number, gap.first_available, arrived, self.pool.config.on_data_loss,
+        what = (f"GetShardIterator refused to start at it ({gap.refused}): it was trimmed, or is not of this "
+                "shard; reading from TRIM_HORIZON, the oldest record still there" if gap.refused is not None else
+                "the stream's retention period trimmed it before it was read on; the oldest record still there "
+                f"is {gap.first_available}{arrived}")
+        log.error("%s: DATA LOSS: position %s/%s is no longer in the shard (%s), and the records written after "
+                  "it and before those still there are lost. on_data_loss=%r: %s", self.key,
+                  gap.after.sequence_number, gap.after.sub_sequence_number, what, self.pool.config.on_data_loss,
                   "holding the lease and processing nothing until an operator acts" if stop
                   else "going on from the oldest record still there")
         if not stop:

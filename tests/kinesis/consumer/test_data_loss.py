@@ -9,17 +9,19 @@ import logging
 import urllib.request
 
 import pytest
+from botocore.config import Config
 from prometheus_client.parser import text_string_to_metric_families
 
-from kinesis import StreamConfig, WorkerConfig
+from kinesis import StreamConfig, Worker, WorkerConfig
 from kinesis.consumer.retrieval.polling import BatchCursor, ReaderStats
 from kinesis.consumer.retrieval.positions import Position
 from kinesis.errors import ConfigurationError
 from kinesis.lease_loop.table.leases import LeaseTable
 from kinesis.testing import LocalAWS
+from tests.support.kinesis_faults import FaultInjector
 from tests.support.moto_trim import trim_oldest
 from tests.support.waiting import eventually
-from tests.support.worker_journal import Journal, make_worker, put_records
+from tests.support.worker_journal import Journal, JournalProcessor, make_worker, put_records
 
 
 def checkpointed_then_trimmed(aws: LocalAWS, stream: str, table: str) -> tuple[str, list[str]]:
@@ -106,3 +108,38 @@ def test_a_resume_position_that_is_still_there_is_no_loss() -> None:
 def test_on_data_loss_is_checked() -> None:
     with pytest.raises(ConfigurationError, match="on_data_loss must be 'continue' or 'stop_shard', got 'fail'"):
         WorkerConfig("leases", [StreamConfig("orders", "app")], on_data_loss="fail")  # type: ignore[arg-type]
+
+
+def test_a_position_kinesis_refuses_is_reported_and_read_from_the_trim_horizon(
+        aws: LocalAWS, caplog: pytest.LogCaptureFixture) -> None:
+    kinesis = aws.client("kinesis")
+    kinesis.create_stream(StreamName="refused", ShardCount=1)
+    first = put_records(kinesis, "refused", 10)
+    journal = Journal()
+    before = make_worker(aws, journal, "before", [StreamConfig("refused", "app", "TRIM_HORIZON")], table="refused-leases")
+    before.start()
+    try:
+        assert journal.wait_for(lambda _: set(first) <= journal.processed(), 30)
+    finally:
+        assert before.stop()
+    later = put_records(kinesis, "refused", 5, prefix="later")
+    client = aws.client("kinesis", config=Config(retries={"total_max_attempts": 1}))
+    faults = FaultInjector(client)
+    faults.fail("GetShardIterator", "InvalidArgumentException")  # as for a position past the retention
+    caplog.set_level(logging.ERROR, logger="kinesis.consumer.shard.consumer")
+    after_journal = Journal()
+    config = WorkerConfig("refused-leases", [StreamConfig("refused", "app", "TRIM_HORIZON")], worker_id="after",
+                          lease_duration=10.0, tick_interval=2.0 / 3, idle_backoff=0.1)
+    after = Worker(config, lambda: JournalProcessor(after_journal, "after"), kinesis_client=client,
+                   dynamodb_client=aws.client("dynamodb"))
+    after.start()
+    try:
+        # nothing still there is skipped: from the trim horizon, the old records again and the new ones
+        assert after_journal.wait_for(lambda _: set(first) | set(later) <= after_journal.processed(), 30)
+        assert faults.injected["GetShardIterator"] == 1
+        losses = [r.getMessage() for r in caplog.records if "DATA LOSS" in r.getMessage()]
+        assert len(losses) == 1 and "GetShardIterator refused to start at it" in losses[0]
+        assert f"position {first[-1][1]}/0" in losses[0]
+        assert after.status().worker_counters["data_loss_events"] == 1
+    finally:
+        after.stop()
