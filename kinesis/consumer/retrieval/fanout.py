@@ -57,7 +57,7 @@ import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 from botocore.exceptions import BotoCoreError, ClientError
 
@@ -73,6 +73,7 @@ from kinesis.consumer.retrieval.polling import (
 from kinesis.consumer.retrieval.positions import Checkpoint, InitialPosition, Position
 from kinesis.durations import check_seconds
 from kinesis.errors import (
+    ConfigurationError,
     FanOutConsumerLimitError,
     FanOutConsumerNotActiveError,
     KinesisAccessDeniedError,
@@ -385,6 +386,7 @@ class FanOutReader:
         max_attempts: int = 8,
         retry_option: str = "FanOutReader(max_attempts=...)",
         queue_size: int = 4,
+        refused_resume: Literal["raise", "trim_horizon"] = "raise",
     ):
         check_reader_args(max_records, start)
         for name, value in (("max_block", max_block), ("renew_after", renew_after), ("max_backoff", max_backoff)):
@@ -402,6 +404,10 @@ class FanOutReader:
         self.max_backoff = max_backoff
         self.max_attempts = max_attempts
         self.retry_option = retry_option
+        if refused_resume not in ("raise", "trim_horizon"):
+            raise ConfigurationError(f"refused_resume must be 'raise' or 'trim_horizon', got {refused_resume!r}")
+        self.refused_resume = refused_resume
+        """What a refused resume position does (see :class:`~.polling.ShardReader`)."""
         self.stats = FanOutStats()
         self._queue: queue.Queue[tuple[int, str, Any]] = queue.Queue(maxsize=queue_size)
         self._subscription: _Subscription | None = None
@@ -589,6 +595,12 @@ class FanOutReader:
             return
         if is_retryable(exc):
             self._transient_failure(exc)
+            return
+        if (code == "InvalidArgumentException" and self.refused_resume == "trim_horizon"
+                and self._continuation is None and self._cursor.resume is not None):
+            # the resume position is gone (or never was this shard's): a DataGap, then the oldest record
+            self._cursor.refused(str(exc))
+            self.start = InitialPosition.TRIM_HORIZON
             return
         raise self._named(exc, arn) from exc
 

@@ -245,6 +245,8 @@ class ShardReader:
         refused_resume: Literal["raise", "trim_horizon"] = "raise",
     ):
         check_reader_args(max_records, start)
+        if refused_resume not in ("raise", "trim_horizon"):
+            raise ConfigurationError(f"refused_resume must be 'raise' or 'trim_horizon', got {refused_resume!r}")
         self.refused_resume = refused_resume
         check_seconds("idle_backoff", idle_backoff, allow_zero=True)
         check_seconds("min_read_interval", min_read_interval, allow_zero=True)

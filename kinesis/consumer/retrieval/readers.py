@@ -56,5 +56,5 @@ def make_reader(
     return FanOutReader(
         kinesis_client, spec.stream, shard_id, registration, start,
         max_records=config.max_records, stop_event=stop_event, max_block=max_block,
-        max_attempts=attempts, retry_option=option,
+        max_attempts=attempts, retry_option=option, refused_resume="trim_horizon",
     )

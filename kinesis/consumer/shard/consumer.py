@@ -581,7 +581,7 @@ class ShardConsumer:
         arrived = f", arrived {gap.first_arrival.isoformat()}" if gap.first_arrival is not None else ""
         stop = self.pool.config.on_data_loss == "stop_shard"
         what = (f"GetShardIterator refused to start at it ({gap.refused}): it was trimmed, or is not of this "
-                "shard; reading from TRIM_HORIZON, the oldest record still there" if gap.refused is not None else
+                "shard" if gap.refused is not None else
                 "the stream's retention period trimmed it before it was read on; the oldest record still there "
                 f"is {gap.first_available}{arrived}")
         log.error("%s: DATA LOSS: position %s/%s is no longer in the shard (%s), and the records written after "

@@ -12,13 +12,18 @@ changes by ``dL/dt = 1 - s`` per second; so
 
 Rates and the slope are smoothed by an exponential moving average with a time constant of
 ``window`` seconds (default a minute), weighted by the time between observations so uneven
-polls count fairly. Pure: the caller passes its monotonic clock's readings.
+polls count fairly. A lag under :data:`CAUGHT_UP_SECONDS` counts as caught up (a consumer at
+the tip reads records up to a poll interval old). Pure: the caller passes its monotonic
+clock's readings; one thread observes, any thread may read :meth:`LagTracker.estimate`.
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+
+CAUGHT_UP_SECONDS = 2.0
+"""A lag below this is a consumer at the tip: its catch-up time is 0, not a trend's guess."""
 
 
 @dataclass(frozen=True)
@@ -44,10 +49,9 @@ class LagTracker:
         if not window > 0:
             raise ValueError(f"window must be > 0 seconds, got {window!r}")
         self._window = window
-        self._lag: float | None = None
-        self._at: float | None = None
-        self._rate: float | None = None  # records / s
-        self._slope: float | None = None  # d(lag)/dt, seconds per second
+        # (lag, measured at, records / s, d(lag)/dt) replaced whole on each observation, so a
+        # reader on another thread never mixes two of them
+        self._state: tuple[float, float, float | None, float | None] | None = None
 
     def observe(self, now: float, millis_behind_latest: int | None, records: int) -> None:
         """A read answered at ``now`` with ``millis_behind_latest`` (None: not reported) and
@@ -55,30 +59,36 @@ class LagTracker:
         if millis_behind_latest is None:
             return
         lag = max(0.0, millis_behind_latest / 1000.0)
-        if self._at is not None and self._lag is not None and now > self._at:
-            dt = now - self._at
-            weight = 1.0 - math.exp(-dt / self._window)
-            rate, slope = records / dt, (lag - self._lag) / dt
-            self._rate = rate if self._rate is None else self._rate + weight * (rate - self._rate)
-            self._slope = slope if self._slope is None else self._slope + weight * (slope - self._slope)
-        self._lag, self._at = lag, now
+        state = self._state
+        if state is None or now <= state[1]:
+            self._state = (lag, now, None if state is None else state[2], None if state is None else state[3])
+            return
+        last_lag, at, rate, slope = state
+        dt = now - at
+        weight = 1.0 - math.exp(-dt / self._window)
+        new_rate, new_slope = records / dt, (lag - last_lag) / dt
+        rate = new_rate if rate is None else rate + weight * (new_rate - rate)
+        slope = new_slope if slope is None else slope + weight * (new_slope - slope)
+        self._state = (lag, now, rate, slope)
 
     def estimate(self) -> LagEstimate:
         """The current estimate."""
-        if self._lag is None:
+        state = self._state
+        if state is None:
             return LagEstimate(None, None, None, None, None)
+        lag, at, rate, slope = state
         catch_up: float | None
-        if self._lag == 0.0:
+        if lag < CAUGHT_UP_SECONDS:
             catch_up = 0.0
-        elif self._slope is None:
+        elif slope is None:
             catch_up = None
         else:
-            catch_up = self._lag / -self._slope if self._slope < 0 else math.inf
+            catch_up = lag / -slope if slope < 0 else math.inf
         arrival = None
-        if self._rate is not None and self._slope is not None:
-            speed = 1.0 - self._slope  # seconds of stream covered per second
-            arrival = self._rate / speed if speed > 0 else None
-        return LagEstimate(self._lag, self._at, self._rate, arrival, catch_up)
+        if rate is not None and slope is not None:
+            speed = 1.0 - slope  # seconds of stream covered per second
+            arrival = rate / speed if speed > 0 else None
+        return LagEstimate(lag, at, rate, arrival, catch_up)
 
 
 @dataclass(frozen=True)
@@ -89,7 +99,8 @@ class FleetLag:
     processing_rate: float | None
     arrival_rate: float | None
     catch_up_seconds: float | None
-    """Until every held shard is caught up at the current trends (``inf``: one is not catching up)."""
+    """Until every held shard is caught up at the current trends (``inf``: one is not catching
+    up); shards without a trend yet are left out."""
 
 
 def worker_lag(estimates: list[LagEstimate]) -> FleetLag:
@@ -102,8 +113,8 @@ def worker_lag(estimates: list[LagEstimate]) -> FleetLag:
         known = [v for v in values if v is not None]
         return sum(known) if known else None
 
-    catch_ups = [e.catch_up_seconds for e in measured]
-    catch_up = None if any(c is None for c in catch_ups) else max(c for c in catch_ups if c is not None)
+    catch_ups = [e.catch_up_seconds for e in measured if e.catch_up_seconds is not None]
+    catch_up = max(catch_ups) if catch_ups else None  # a shard read once has no trend yet: left out
     return FleetLag(max(e.lag_seconds for e in measured if e.lag_seconds is not None),
                     total([e.processing_rate for e in measured]), total([e.arrival_rate for e in measured]),
                     catch_up)

@@ -251,8 +251,8 @@ class WorkerConfig:
     when an iterator expired) was trimmed by the retention period is logged as an ERROR
     naming the shard, the checkpoint and the oldest record still there, and counted;
     ``on_data_loss``: ``"continue"`` (default, as KCL: go on from the oldest record still
-    there) or ``"stop_shard"`` (hold the lease, process nothing, until an operator restarts
-    the Worker with ``"continue"`` or moves the checkpoint).
+    there) or ``"stop_shard"`` (hold the lease and process nothing, the checkpoint left where
+    it was, until the Worker stops: an operator restarts it with ``"continue"`` to go on).
 
     Health: ``health_port`` (None: no server; 0: any free port) on ``health_host``;
     ``liveness_timeout`` (default ``max(3 ticks, lease_duration)``): the liveness probe fails
@@ -342,6 +342,11 @@ class WorkerConfig:
         if self.on_processor_timeout not in ("wait", "restart"):
             raise ConfigurationError(
                 f"on_processor_timeout must be 'wait' or 'restart', got {self.on_processor_timeout!r}"
+            )
+        if self.on_processor_timeout == "restart" and self.processor_timeout is None:
+            raise ConfigurationError(
+                "on_processor_timeout='restart' needs processor_timeout (seconds a process_records call may "
+                "run before the watchdog reports it), e.g. processor_timeout=300"
             )
         if self.reads not in ("auto", "scan", "scoped"):
             raise ConfigurationError(f"reads must be 'auto', 'scan' or 'scoped', got {self.reads!r}")

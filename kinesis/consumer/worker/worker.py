@@ -61,6 +61,7 @@ from typing import Any
 from hashring import Membership
 from kinesis.consumer.discovery.manifest import shard_provider
 from kinesis.consumer.retrieval.fanout import deregister_on_stop
+from kinesis.consumer.shard.consumer import ShardConsumer
 from kinesis.consumer.shard.lag import LagEstimate, worker_lag
 from kinesis.consumer.worker import health as worker_health
 from kinesis.consumer.worker import setup as worker_setup
@@ -227,7 +228,22 @@ class Worker:
         assert self.watchdog is not None
         interval = min(self.watchdog.timeout / 2, self.config.effective_tick_interval)
         while not self._stopped.wait(interval):
-            self.watchdog.check(self.pool.consumers())
+            try:
+                self.watchdog.check(self._watched())
+            except Exception:  # a check that fails must not end the watch
+                log.exception("worker %s: the processor watchdog's check failed", self.worker_id)
+
+    def _watched(self) -> list[ShardConsumer]:
+        """The shard consumers whose calls the watchdog times: the pool's, and the ones they
+        replaced that have not finished (a lease taken again while its old consumer hangs)."""
+        out = []
+        for consumer in self.pool.consumers():
+            current: ShardConsumer | None = consumer
+            while current is not None and current not in out:
+                out.append(current)
+                previous = current.previous
+                current = previous if previous is not None and not previous.stopped.is_set() else None
+        return out
 
     def startup_line(self) -> str:
         """One line that says who this worker is and how it runs (logged at start)."""

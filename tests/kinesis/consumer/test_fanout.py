@@ -29,6 +29,7 @@ from kinesis import (
     WorkerConfig,
 )
 from kinesis.consumer.retrieval.fanout import ConsumerRegistration, FanOutReader
+from kinesis.errors import StartingPositionRejectedError
 from kinesis.lease_loop.table.leases import LeaseTable
 from kinesis.testing import LocalAWS, client_for
 from tests.support import eventstream
@@ -457,3 +458,30 @@ def test_a_checkpoint_inside_the_stream_resumes_right_after_it(aws: LocalAWS, en
     assert [r.sequence_number for r in got] == [seq for _, seq in written[4:]]
     assert endpoint.calls("subscribed")[0].starting_position == {
         "Type": "AT_SEQUENCE_NUMBER", "SequenceNumber": written[3][1]}
+
+
+def test_a_refused_resume_position_is_a_data_gap_then_the_trim_horizon_for_the_worker(
+    aws: LocalAWS, endpoint: FanOutEndpoint
+) -> None:
+    kinesis = kinesis_via(endpoint)
+    kinesis.create_stream(StreamName="orders", ShardCount=1)
+    registration = registered(endpoint)
+    written = put_records(kinesis, "orders", 6)
+    checkpoint = Position(written[2][1])
+    endpoint.fail("SubscribeToShard", "InvalidArgumentException")
+    strict = FanOutReader(kinesis, "orders", "shardId-000000000000", registration, checkpoint)
+    with pytest.raises(StartingPositionRejectedError):  # the default: the caller decides (Spark)
+        strict.read_batch()
+    strict.close()
+    endpoint.fail("SubscribeToShard", "InvalidArgumentException")
+    reader = FanOutReader(kinesis, "orders", "shardId-000000000000", registration, checkpoint,
+                          refused_resume="trim_horizon", min_subscribe_interval=0.05, max_block=0.2)
+    lost, got = [], []
+    deadline = time.monotonic() + 20
+    while len(got) < 6 and time.monotonic() < deadline:
+        batch = reader.read_batch()
+        lost += [batch.lost] if batch.lost is not None else []
+        got += batch.records
+    reader.close()
+    assert [r.sequence_number for r in got] == [seq for _, seq in written]  # nothing still there skipped
+    assert len(lost) == 1 and lost[0].after == checkpoint and lost[0].refused is not None

@@ -63,6 +63,8 @@ def test_nothing_measured_yet_is_unknown_not_zero() -> None:
     assert tracker.estimate().lag_seconds is None
     tracker.observe(2.0, 4000, 10)
     assert tracker.estimate() == LagEstimate(4.0, 2.0, None, None, None)  # one reading: no trend yet
+    tracker.observe(3.0, 1500, 10)
+    assert tracker.estimate().catch_up_seconds == 0.0  # under CAUGHT_UP_SECONDS: at the tip
     with pytest.raises(ValueError, match="window must be > 0 seconds"):
         LagTracker(window=0)
 
@@ -73,5 +75,6 @@ def test_the_worker_figures_are_the_worst_shard_and_the_summed_rates() -> None:
     lag = worker_lag(shards)
     assert (lag.max_lag_seconds, lag.processing_rate, lag.arrival_rate, lag.catch_up_seconds) == (9.0, 30.0, 15.0, 30.0)
     assert worker_lag([*shards, LagEstimate(1.0, 1.0, 1.0, None, math.inf)]).catch_up_seconds == math.inf
-    assert worker_lag([*shards, LagEstimate(1.0, 1.0, None, None, None)]).catch_up_seconds is None
+    assert worker_lag([*shards, LagEstimate(9.0, 1.0, None, None, None)]).catch_up_seconds == 30.0  # no trend yet
+    assert worker_lag([LagEstimate(9.0, 1.0, None, None, None)]).catch_up_seconds is None
     assert worker_lag([]).max_lag_seconds is None

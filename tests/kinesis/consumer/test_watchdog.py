@@ -70,6 +70,32 @@ def test_the_timeout_settings_are_checked() -> None:
     with pytest.raises(ConfigurationError, match="on_processor_timeout must be 'wait' or 'restart', got 'kill'"):
         WorkerConfig("leases", [StreamConfig("orders", "app")], processor_timeout=5,
                      on_processor_timeout="kill")  # type: ignore[arg-type]
+    with pytest.raises(ConfigurationError, match="on_processor_timeout='restart' needs processor_timeout"):
+        WorkerConfig("leases", [StreamConfig("orders", "app")], on_processor_timeout="restart")
+
+
+def test_a_hung_consumer_replaced_by_a_new_one_for_its_lease_is_still_watched() -> None:
+    # the lease was lost and taken again while the old consumer hangs in its call: the pool
+    # now holds the new consumer, which waits for the old one to stop; the hang stays visible
+    @dataclass
+    class Consumer:
+        key: str
+        previous: Any = None
+        stopped: threading.Event = field(default_factory=threading.Event)
+
+    hung = Consumer("app/orders/s1")
+    done = Consumer("app/orders/s2")
+    done.stopped.set()
+    newer = Consumer("app/orders/s1", previous=hung)
+    other = Consumer("app/orders/s2", previous=done)
+
+    class Pool:
+        def consumers(self) -> list[Consumer]:
+            return [newer, other]
+
+    worker = object.__new__(Worker)
+    worker.pool = Pool()  # type: ignore[assignment]
+    assert worker._watched() == [newer, hung, other]  # type: ignore[comparison-overlap]
 
 
 class HangsOnce(JournalProcessor):
