@@ -79,7 +79,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING
+from typing import Unpack
 
 from hashring import Assignment, Membership
 from kinesis.errors import ConfigurationError, DuplicateMemberIdError
@@ -106,9 +106,6 @@ from kinesis.lease_loop.table.manifests import ManifestStore
 from kinesis.lease_loop.table.model import TRIM_HORIZON, Checkpoint, Lease
 from kinesis.lease_loop.timing import MONOTONIC, Clock, Durations, LeaseTiming
 from kinesis.lease_loop.writes import Acquisitions, Handoffs
-
-if TYPE_CHECKING:
-    from typing_extensions import Unpack
 
 __all__ = ["COUNTER_NAMES", "Completion", "CoordinatorStatus", "LeaseCoordinator", "LeaseListener", "NullListener", "ResourceProvider"]
 

@@ -14,7 +14,7 @@ import logging
 import math
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any, Unpack
 
 from hashring import Membership
 from hashring.validation import check_replicas
@@ -25,9 +25,6 @@ from kinesis.lease_loop.membership import DynamoDBMembership, SessionMembership
 from kinesis.lease_loop.table.leases import LeaseTable
 from kinesis.lease_loop.table.model import Checkpoint, TableSnapshot, check_lease_key
 from kinesis.lease_loop.timing import Durations, LeaseTiming
-
-if TYPE_CHECKING:
-    from typing_extensions import Unpack
 
 log = logging.getLogger(__name__)
 

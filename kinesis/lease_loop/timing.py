@@ -44,13 +44,10 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, TypedDict
+from typing import TypedDict, Unpack
 
 from kinesis.durations import check_seconds
 from kinesis.errors import ConfigurationError
-
-if TYPE_CHECKING:
-    from typing_extensions import Unpack
 
 
 class Durations(TypedDict, total=False):

@@ -204,22 +204,28 @@ class StaleSessions(MemoryTable):
         return rows, sessions, extra
 
 
+def watching_a_session() -> tuple[StaleSessions, Any]:
+    """Member b (scoped reads) watching a's session row, seen at counter 5 of token t1."""
+    table = StaleSessions({})
+    p = parts("b", reads="scoped", members=("a", "b"), table=table)
+    p.reads.read(full=True)  # the start-up sweep
+    table.sessions["a"] = SessionRow("a", "t1", 5)
+    rounds = 0
+    while "a" not in p.reads._obs.sessions:
+        p.clock.advance(TIMING.scan_interval)
+        p.reads.read(full=False)
+        rounds += 1
+        assert rounds < 50
+    return table, p
+
+
 def test_stale_reads_of_a_watched_session_row_neither_restart_nor_end_its_timer() -> None:
     """A member that left deleted its session row, but replicas that missed the deletion keep
     answering its old row now and then: each such read is read again, strongly consistent, so
     the tombstone's timer (its leases' expiry) is not restarted by every flip. Stale reads of a
     live session (no row yet, an older counter) do not end or restart its timer either."""
-    table = StaleSessions({})
-    p = parts("b", reads="scoped", members=("a", "b"), table=table)
+    table, p = watching_a_session()
     obs = p.reads._obs
-    p.reads.read(full=True)  # the start-up sweep
-    table.sessions["a"] = SessionRow("a", "t1", 5)
-    rounds = 0
-    while "a" not in obs.sessions:
-        p.clock.advance(TIMING.scan_interval)
-        p.reads.read(full=False)
-        rounds += 1
-        assert rounds < 50
     alive = obs.sessions["a"]
     assert (alive.token, alive.counter) == ("t1", 5)
     table.stale["a"] = [None, SessionRow("a", "t1", 4)] * 10  # a replica without it, one a renewal behind
@@ -248,17 +254,8 @@ def test_stale_reads_repeating_a_live_sessions_last_counter_do_not_make_it_look_
     m0 took the session for stalled and removed a running member from the member list. A
     session unchanged for a lease duration is read again, strongly consistent, before it
     counts as stalled."""
-    table = StaleSessions({})
-    p = parts("b", reads="scoped", members=("a", "b"), table=table)
+    table, p = watching_a_session()
     obs = p.reads._obs
-    p.reads.read(full=True)  # the start-up sweep
-    table.sessions["a"] = SessionRow("a", "t1", 5)
-    rounds = 0
-    while "a" not in obs.sessions:
-        p.clock.advance(TIMING.scan_interval)
-        p.reads.read(full=False)
-        rounds += 1
-        assert rounds < 50
     for counter in range(6, 6 + int(3 * TIMING.lease_duration / TIMING.scan_interval)):
         table.sessions["a"] = SessionRow("a", "t1", counter)  # a renews
         table.stale["a"] = [SessionRow("a", "t1", 5)]  # every eventually consistent read: counter 5
