@@ -214,7 +214,8 @@ class SessionMembership:
         """The head row as read with the round's session samples (None: no head): read the
         list if its version moved; rebuild it if it was lost (:meth:`_rebuild_lost`)."""
         if item is None:
-            self._rebuild_lost()
+            if self.known_version and not self._left:  # else nothing to rebuild (_rebuild_lost)
+                self.refresh()  # a stale replica may not have the head yet: gone only if read so
             return
         try:
             head = self.store.head_of(dict(item))
@@ -223,14 +224,19 @@ class SessionMembership:
                         self._self_id, exc.reason)
             self._repair()
             return
-        self._follow(head)
+        self._follow(head, consistent=False)
 
-    def _follow(self, head: ManifestHead) -> None:
+    def _follow(self, head: ManifestHead, *, consistent: bool = True) -> None:
         """Read the list if ``head`` moved past what this member knows; repair it if it went
-        back (rebuilt after it was lost or corrupt, from less than this member knows)."""
+        back (rebuilt after it was lost or corrupt, from less than this member knows). A head
+        read eventually consistent that went back may be a stale replica: read it again,
+        strongly consistent, first."""
         with self._lock:
             behind = self._behind(head)
             moved = head.version > self._version
+        if behind and not consistent:
+            self.refresh()
+            return
         if behind:
             log.warning("%s: the member list went back to version %d (it knew %d): merging what it knows",
                         self._self_id, head.version, self.known_version)
