@@ -83,7 +83,7 @@ from typing import Unpack
 
 from hashring import Assignment, Membership
 from kinesis.errors import ConfigurationError, DuplicateMemberIdError
-from kinesis.lease_loop.decisions import adoptions, takes
+from kinesis.lease_loop.decisions import adoptions, recoveries, takes
 from kinesis.lease_loop.holder import Held, LeaseHolder, WritePool
 from kinesis.lease_loop.lease_listener import (
     COUNTER_NAMES,
@@ -609,6 +609,8 @@ class LeaseCoordinator:
             taking = takes(replace(snap, held=self._holder.keys()), view.to_take)
             self._obs.start_timers(taking.timers)
             self._acquisitions.run(taking.takes, self._fresh, self._obs.seen, view.last_full)
+        elif snap.stopping:
+            self._acquisitions.run(recoveries(snap), self._fresh, self._obs.seen, view.last_full)
         held = self._holder.keys()
         for key in set(self._holder.offered()) & held:  # taken back
             self._holder.offer_resolved(key)

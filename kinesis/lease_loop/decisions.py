@@ -297,6 +297,20 @@ def adoptions(snap: Snapshot) -> list[Take]:
     ]
 
 
+def recoveries(snap: Snapshot) -> list[Take]:
+    """This run's own takes whose answer was lost (rows naming this member under its session,
+    not held), by key. :func:`takes` recovers them among the keys it may take; a stopping
+    member takes nothing, so the round recovers these alone, and hands them on as it does
+    every lease it holds (else each would wait for its session to end)."""
+    if snap.session is None:
+        return []
+    return [
+        Take(key, "recovered", lease) for key, lease in sorted(snap.rows.items())
+        if lease.owner == snap.me and lease.session == snap.session and lease.handed_off_by is None
+        and key not in snap.held
+    ]
+
+
 @dataclass(frozen=True)
 class Takes:
     """The result of :func:`takes`."""

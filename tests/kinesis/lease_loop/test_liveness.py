@@ -487,6 +487,36 @@ def test_a_backup_take_answered_with_an_error_is_read_until_its_outcome_is_known
     rounds_until(fleet, lambda: held_by(fleet, [key], {"a", "b", "c"}), limit=limit)
 
 
+def test_a_stopping_member_recovers_its_take_answered_with_an_error_and_hands_it_on() -> None:
+    # a backup took over a crashed holder's key; the take was applied but answered with a
+    # 500, and the backup began stopping (SIGTERM) before a read showed it the take was its
+    # own. A stopping member takes nothing, so the row (its own, under its live session)
+    # stalled until its session ended. It recovers such a take while stopping too, and hands
+    # the key on as it does every lease it holds.
+    memory = MemoryDynamoDB()
+    fleet = Fleet(memory_table(memory), KEYS, ["a", "b", "c"], reads="scoped", replicas=1)
+    settle(fleet)
+    plan = fleet.coordinators["b"]._reads.last_plan
+    assert plan is not None
+    key = sorted(fleet.coordinators["a"].held_keys())[0]
+    backup = plan.owners[key][1]
+    (other,) = {"b", "c"} - {backup}
+    writes = AmbiguousWritesOf(key)
+    memory.faults = writes
+    writes.on = True
+    fleet.crash("a")
+    rounds_until(fleet, lambda: writes.hits > 0, limit=ticks(fleet, 3 * fleet.lease_duration))
+    assert fleet.table_owners()[key] == backup and key not in fleet.coordinators[backup].held_keys()
+    fleet.coordinators[backup].begin_stop()
+    writes.on = False
+    limit = ticks(fleet, fleet.lease_duration / 3 + 2 * fleet.lease_duration / 9) + 2  # the sigterm bound, in rounds
+    for _ in range(limit):
+        fleet.round([backup, other])  # the stopping member goes on ticking until it is done
+        if held_by(fleet, [key], {other}):
+            break
+    assert held_by(fleet, [key], {other}), f"{key} stalled with the stopping {backup}"
+
+
 def handing_off_after_an_ambiguous_checkpoint() -> tuple[Fleet, LeaseTable, str, AmbiguousWritesOf]:
     """Member a hands one of its two keys to b (manual hand-offs: pending until finished), and
     its processor's last checkpoint ("42") is applied but answered with an error; ambiguous
