@@ -129,9 +129,16 @@ class Observations:
                 members.append(member)
             elif (row is not None and row.counter == s2.counter and s2.since <= stalled_before
                   and self._stall_read.get(member) != (s2.token, s2.counter)):
-                self._stall_read[member] = (s2.token, s2.counter)  # the caller reads it again now
-                members.append(member)
+                members.append(member)  # read again now: see read_again
         return keys, members
+
+    def read_again(self, members: Iterable[str]) -> None:
+        """The caller read the session rows of ``members`` again, strongly consistent, as
+        :meth:`behind` asked: a session about to be judged stalled is not read again at the
+        counter seen now. Called only once that read succeeded: a failed one is owed still."""
+        for member in members:
+            if (s2 := self.sessions.get(member)) is not None:
+                self._stall_read[member] = (s2.token, s2.counter)
 
     def timers(self, rows: Mapping[str, Lease], keys: Iterable[str]) -> dict[str, Seen]:
         """A copy of the timers a round's decisions may look at (the rows read, the keys to take)."""

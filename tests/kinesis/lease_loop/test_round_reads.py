@@ -11,6 +11,7 @@ from typing import Any
 
 from hashring import StaticMembership
 from hashring.errors import MembershipError
+from kinesis.errors import KinesisRetriesExhaustedError
 from kinesis.lease_loop.holder import LeaseHolder
 from kinesis.lease_loop.lease_listener import NullListener, RoundRecord
 from kinesis.lease_loop.membership import MemberList
@@ -264,3 +265,48 @@ def test_stale_reads_repeating_a_live_sessions_last_counter_do_not_make_it_look_
         assert p.clock() - obs.sessions["a"].since < 1.5 * TIMING.lease_duration + TIMING.scan_interval, \
             "a live session looked stalled"
     assert table.consistent_gets
+
+
+class FailingConsistentReads(StaleSessions):
+    """:class:`StaleSessions` whose next ``fail`` strongly consistent reads raise (throttled
+    past the retries)."""
+
+    def __init__(self, rows: Mapping[str, Lease]):
+        super().__init__(rows)
+        self.fail = 0
+
+    def read_round(self, keys: Iterable[str], members: Iterable[str], raw: Iterable[str], *,
+                   consistent: bool = False
+                   ) -> tuple[dict[str, Lease | None], dict[str, SessionRow | None], dict[str, dict[str, Any]]]:
+        if consistent and self.fail:
+            self.fail -= 1
+            raise KinesisRetriesExhaustedError("throttled")
+        return super().read_round(keys, members, raw, consistent=consistent)
+
+
+def test_a_failed_consistent_read_of_a_session_about_to_stall_is_made_again_next_round() -> None:
+    """The consistent read that confirms a session unchanged for a lease duration (seed 3142)
+    is owed until it succeeds: if it fails (throttled), the next round makes it again, instead
+    of taking a stale replica's repetition of the last counter for a stall."""
+    table = FailingConsistentReads({})
+    p = parts("b", reads="scoped", members=("a", "b"), table=table)
+    p.reads.read(full=True)
+    table.sessions["a"] = SessionRow("a", "t1", 5)
+    while "a" not in p.reads._obs.sessions:
+        p.clock.advance(TIMING.scan_interval)
+        p.reads.read(full=False)
+    obs = p.reads._obs
+    table.fail = 1
+    failed = 0
+    for counter in range(6, 6 + int(3 * TIMING.lease_duration / TIMING.scan_interval)):
+        table.sessions["a"] = SessionRow("a", "t1", counter)  # a renews
+        table.stale["a"] = [SessionRow("a", "t1", 5)]  # every eventually consistent read: counter 5
+        p.clock.advance(TIMING.scan_interval)
+        try:
+            p.reads.read(full=False)
+        except KinesisRetriesExhaustedError:
+            failed += 1  # a round that fails is retried by the loop: the next one reads again
+            continue
+        assert p.clock() - obs.sessions["a"].since < 1.5 * TIMING.lease_duration + TIMING.scan_interval, \
+            "a live session looked stalled after a failed consistent read"
+    assert failed == 1 and table.consistent_gets
