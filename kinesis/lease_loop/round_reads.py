@@ -448,6 +448,10 @@ class RoundReads:
         """The plan of the last round that read the member list (None: no plan could be made)."""
         self.last_full: TableSnapshot | None = None
         """The last full scan."""
+        self._earlier: set[str] = set()
+        """Keys last read naming this member id under another session (an earlier process's, or
+        a second process's that refused to run): read every scoped round until taken back or
+        moved on, as no plan need name this member for them (:meth:`_note_earlier`)."""
         self._next_head_read = -math.inf  # SessionMembership: the next backstop read of its head
         self._list_moved: tuple[int, float] = (-1, -math.inf)  # its version as last seen, and since when
 
@@ -460,6 +464,7 @@ class RoundReads:
         snapshot = self._holder.table.scan(consistent=consistent)
         snapshot = self._fresh_snapshot(snapshot, consistent=consistent)
         self.last_full = snapshot
+        self._note_earlier(snapshot.leases)
         self._scoped.swept(self._clock())
         self._record.table_read()
         self._members.observe(snapshot)
@@ -513,6 +518,7 @@ class RoundReads:
         wanted |= set(self._holder.unanswered())  # and its takes answered with an error, until known
         if self._scoped.departed:  # rows a departed holder was last seen holding, planned for it or not
             wanted |= {k for k, seen in self._obs.seen.items() if seen.owner in self._scoped.departed and k not in held}
+        wanted |= self._earlier - held  # an earlier process's under this id: taken back, whatever the plan
         # the sessions the rows it reads name (as last seen): under session leases a lease is
         # expired only if its holder's session is too, judged from a read of this round
         watched |= {s.owner for k in wanted if (s := self._obs.seen.get(k)) is not None
@@ -530,6 +536,7 @@ class RoundReads:
         self._follow_plan((r for r in sessions.values() if r is not None), listed, now, full=full, ready=ready)
         self._scoped.judge(sessions, self._obs.sessions, now, timing.tick_interval)
         found = {k: v for k, v in rows.items() if v is not None}
+        self._note_earlier(rows)
         active = self._obs.observe_sessions(sessions, now)  # rows read late are no news of their holder
         active |= self._obs.observe(found, now, partial=True, by_session=True)
         self._obs.present(m for m, row in sessions.items() if row is not None)
@@ -554,6 +561,18 @@ class RoundReads:
                                   if v.owner in self._scoped.departed and k in self._scoped.departed[v.owner]})
         self._obs.suspect(snap, active)
         return replace(self._view(snap, plan, keys, to_take, ready), inbox=frozenset(inbox & set(rows)))
+
+    def _note_earlier(self, rows: Mapping[str, Lease | None]) -> None:
+        """Track the rows read that name this member id under another session than this
+        process's: the process that wrote them stopped (a restart, or a second process under one
+        id that refused to run), and no plan need route them to this member, so without this
+        a row planned for members that do not run waits for the plan to move."""
+        mine = self._holder.session
+        for key, lease in rows.items():
+            if lease is not None and lease.owner == self._me and lease.session != mine:
+                self._earlier.add(key)
+            else:
+                self._earlier.discard(key)
 
     def _fresh(self, rows: dict[str, Lease | None], sessions: dict[str, SessionRow | None]
                ) -> tuple[dict[str, Lease | None], dict[str, SessionRow | None]]:

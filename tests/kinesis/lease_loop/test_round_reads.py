@@ -6,7 +6,7 @@ A table in memory that counts its reads and a FakeClock: no DynamoDB, no threads
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from hashring import StaticMembership
@@ -265,6 +265,34 @@ def test_stale_reads_repeating_a_live_sessions_last_counter_do_not_make_it_look_
         assert p.clock() - obs.sessions["a"].since < 1.5 * TIMING.lease_duration + TIMING.scan_interval, \
             "a live session looked stalled"
     assert table.consistent_gets
+
+
+def test_rows_an_earlier_process_of_this_member_id_holds_are_read_every_round_whatever_the_plan() -> None:
+    """Fleetsim seed 3981 (long; a corrupt plan chunk, then a second process under m2's id):
+    the old process refused to run and left a lease naming m2 under its session; the new
+    process planned from another plan that gave the key to listed members that never ran,
+    so it never read the row, and neither did anyone else until the plan moved: the key
+    stayed unprocessed for 3 lease durations. A process reads every row it last saw naming
+    its member id under another session each round, so it takes them back (``takes``: a
+    lease duration after its first renewal) whoever its plan names, then hands them on."""
+    p = parts("a", reads="scoped", members=MEMBERS)
+    plan = p.reads._planner(list(MEMBERS), {}, KEYS, {}, ready=True)
+    assert plan is not None
+    theirs = next(k for k in KEYS if "a" not in plan.owners[k])
+    p.table.rows[theirs] = replace(Lease(theirs, "a", 9), session="an-earlier-process")
+    mine = next(k for k in KEYS if k != theirs)
+    p.table.rows[mine] = replace(Lease(mine, "a", 4), session=p.holder.session)
+    p.reads.read(full=True)  # the start-up sweep sees both rows
+    for _ in range(4):
+        p.clock.advance(TIMING.scan_interval)
+        view = p.reads.read(full=False)
+        assert view is not None and theirs in p.table.gets[-1] and theirs in view.to_take
+    p.table.rows[theirs] = replace(Lease(theirs, "b", 10), session="b-session")  # taken on by its owner
+    p.clock.advance(TIMING.scan_interval)
+    p.reads.read(full=False)
+    p.clock.advance(TIMING.scan_interval)
+    p.reads.read(full=False)
+    assert theirs not in p.table.gets[-1]  # moved on: no longer read
 
 
 class FailingConsistentReads(StaleSessions):
