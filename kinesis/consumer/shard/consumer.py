@@ -369,6 +369,11 @@ class ShardConsumer:
         self.lag = LagTracker()
         self.call_started: float | None = None
         """When the processor call in progress began (monotonic; None between calls)."""
+        self.advanced_at = time.monotonic()
+        """When its reads last advanced (records, or a read that found nothing waiting) or it
+        last went back to reading (after a processor call, a pause): see :meth:`reader_stalled_for`."""
+        self._reader: BatchReader | None = None
+        self._restart_reader = False  # set by the watchdog: the loop starts a new reader
         self.checkpointer: LeaseCheckpointer | None = None
         self.failure = FailureState()
         self.stopped = threading.Event()
@@ -484,10 +489,11 @@ class ShardConsumer:
         processor.initialize(InitializationInput(
             self.spec.stream, self.shard_id, start.last, start.initial, pending_checkpoint=start.pending
         ))
-        reader = self.pool.make_reader(self.spec, self.shard_id, checkpoint, self._wake)
+        self._reader = self.pool.make_reader(self.spec, self.shard_id, checkpoint, self._wake)
+        self.advanced_at = time.monotonic()
         self.state = "processing"
         try:
-            ended = self._loop(reader, processor, checkpointer)
+            ended = self._loop(checkpoint, processor, checkpointer)
         except LeaseLostError as exc:
             log.info("%s: lease lost while processing: %s", self.key, exc)
             if self.reason is None and coordinator.lease(self.key) is not None:
@@ -498,7 +504,8 @@ class ShardConsumer:
             self._stop_for("lost")
             ended = False
         finally:
-            reader.close()  # a fan-out subscription ends here, before the lease is passed on
+            if self._reader is not None:
+                self._reader.close()  # a fan-out subscription ends here, before the lease is passed on
         if ended:
             return
         reason = self.reason
@@ -515,14 +522,19 @@ class ShardConsumer:
             self.state = "lost"
             processor.lease_lost()
 
-    def _loop(self, reader: BatchReader, processor: RecordProcessor, checkpointer: LeaseCheckpointer) -> bool:
+    def _loop(self, start: Checkpoint, processor: RecordProcessor, checkpointer: LeaseCheckpointer) -> bool:
         """Read and process until stopped (False) or the shard ended (True)."""
         coordinator = self.pool.coordinator
         poll = self.pool.poll_interval
         failures = ReadFailures()
+        assert self._reader is not None
+        reader = self._reader
         while self.reason is None:
+            if self._restart_reader:
+                reader = self._new_reader(reader, start)
             if not coordinator.holds(self.key):
                 self._wake.wait(poll)  # renewals late: pause until renewed, lost or stopped
+                self.advanced_at = time.monotonic()
                 continue
             try:
                 batch = reader.read_batch()
@@ -542,6 +554,8 @@ class ShardConsumer:
             resumed = failures.resumed()
             if resumed:
                 log.info("%s: reads resumed after %d failed attempts", self.key, resumed)
+            if batch.stopped and self._restart_reader and self.reason is None:
+                continue  # closed by the watchdog: a new reader goes on from the last record delivered
             if batch.stopped or self.reason is not None:
                 break  # records read but not delivered are read again by the next owner
             if not coordinator.holds(self.key) and not self.wait_to_retry(0):
@@ -561,6 +575,8 @@ class ShardConsumer:
                 self.records_processed += len(batch.records)
                 self.batches += 1
                 self.pool.count_records(self.spec, len(batch.records))
+            if batch.records or batch.millis_behind_latest == 0:
+                self.advanced_at = time.monotonic()  # after the processor call: its time is not the reader's
             self.lag.observe(read_at, batch.millis_behind_latest, len(batch.records))
             if batch.shard_ended:
                 if finish_shard(self.key, processor, checkpointer):
@@ -573,6 +589,37 @@ class ShardConsumer:
                 return True
             reader.wait(batch.suggested_wait)
         return False
+
+    def reader_stalled_for(self, now: float) -> float | None:
+        """Seconds this shard's reads have not advanced while it was reading: no record and no
+        read that found the shard caught up (``MillisBehindLatest`` 0), though data waits or
+        the reader does not answer (a stuck iterator, a lost fan-out subscription, a read that
+        hangs). None while it is not reading (a processor call, a pause, a stop, a shard held
+        after a data loss): those are not the reader's time."""
+        if self.state != "processing" or self.call_started is not None or self.reason is not None:
+            return None
+        return now - self.advanced_at
+
+    def restart_reader(self) -> None:
+        """Replace the reader (the watchdog's remedy for a stalled one): the loop closes it and
+        reads on from the last record delivered with a new one (a new iterator or
+        subscription). Closing it here too unblocks a read in progress (a fan-out wait)."""
+        self._restart_reader = True
+        reader = self._reader
+        if reader is not None:
+            reader.close()
+
+    def _new_reader(self, old: BatchReader, start: Checkpoint) -> BatchReader:
+        """A new reader from ``old``'s last record delivered (``start`` if none yet)."""
+        self._restart_reader = False
+        old.close()
+        position = old.last_position or start
+        self.pool.count("reader_restarts")
+        log.warning("%s: reader restarted after %s (a new iterator or subscription)", self.key,
+                    getattr(position, "sequence_number", position))
+        self._reader = self.pool.make_reader(self.spec, self.shard_id, position, self._wake)
+        self.advanced_at = time.monotonic()
+        return self._reader
 
     def _data_lost(self, gap: DataGap) -> bool:
         """Report a trimmed resume position (ERROR, counted); False to stop the shard here

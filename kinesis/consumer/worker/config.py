@@ -245,7 +245,10 @@ class WorkerConfig:
     with its thread's stack, counted, and shown in ``status()``
     (:mod:`kinesis.consumer.worker.watchdog`); ``on_processor_timeout``: ``"wait"`` (default:
     report and keep waiting) or ``"restart"`` (the liveness probe fails while a call is hung,
-    so Kubernetes restarts the pod: Python cannot stop a thread).
+    so Kubernetes restarts the pod: Python cannot stop a thread). The same timeout bounds a
+    shard whose reads stop advancing while it reads (no record and no read that finds it
+    caught up: a stuck iterator, a lost fan-out subscription): reported once, counted
+    (``reader_restarts``), and its reader restarted from the last record delivered.
 
     Data loss: a shard whose resume position (its checkpoint, or the last record delivered
     when an iterator expired) was trimmed by the retention period is logged as an ERROR

@@ -93,6 +93,12 @@ class WorkerCollector:
         )
         hung.add_metric([w], status.processors_hung)
         yield hung
+        lost = GaugeMetricFamily(
+            "kinesis_worker_shards_data_loss",
+            "Shards held and not processed after a data loss (on_data_loss='stop_shard')", labels=["worker"],
+        )
+        lost.add_metric([w], sum(1 for shard in status.shards if shard.state == "data-loss"))
+        yield lost
         c = status.lease_counters
         for name, value, doc in (
             ("kinesis_worker_handoffs", c.get("handoffs", 0), "Graceful hand-offs given to another member"),
@@ -111,6 +117,11 @@ class WorkerCollector:
                 "kinesis_worker_data_loss_events",
                 status.worker_counters.get("data_loss_events", 0),
                 "Resume positions found trimmed by the retention period (records lost; see the ERROR log)",
+            ),
+            (
+                "kinesis_worker_reader_restarts",
+                status.worker_counters.get("reader_restarts", 0),
+                "Readers restarted by the watchdog because their reads stopped advancing",
             ),
             (
                 "kinesis_worker_records_skipped",

@@ -11,6 +11,12 @@ a new process. The restart goes through the pod's SIGTERM, so the Worker first h
 lease it can (the hung shard's hand-off waits for its call until ``shutdown_grace``; then its
 lease expires and another member takes it from its last checkpoint). With the default
 ``"wait"`` the Worker only reports and keeps waiting (the call may yet return).
+
+A shard whose *reads* stopped advancing for ``processor_timeout`` while it was reading (no
+record and no read that found it caught up: a stuck iterator, a lost fan-out subscription, a
+read that hangs) is reported the same way, once per stall, and its reader is restarted: a
+new iterator or subscription from the last record delivered. Unlike a processor call, a
+reader can be replaced from outside, so this needs no pod restart.
 """
 
 from __future__ import annotations
@@ -33,6 +39,12 @@ class Watched(Protocol):
     call_started: float | None
     """When its processor call in progress began (monotonic), None between calls."""
     thread: threading.Thread
+
+    def reader_stalled_for(self, now: float) -> float | None:
+        """Seconds its reads have not advanced while reading (None: not reading now)."""
+
+    def restart_reader(self) -> None:
+        """Replace its reader, reading on from the last record delivered."""
 
 
 @dataclass(frozen=True)
@@ -59,6 +71,9 @@ class Watchdog:
         self.timeout = timeout
         self._clock = clock
         self._reported: set[tuple[str, float]] = set()  # (key, call start) already logged
+        self._restarted: set[tuple[str, float]] = set()  # (key, when its reads last advanced) restarted
+        self.readers_restarted = 0
+        """Readers restarted because their reads stopped advancing."""
         self.hung: tuple[Hung, ...] = ()
         """The calls past their timeout at the last :meth:`check`."""
 
@@ -79,3 +94,26 @@ class Watchdog:
         self._reported = current
         self.hung = tuple(hung)
         return self.hung
+
+    def check_readers(self, consumers: Iterable[Watched]) -> int:
+        """Restart every reader whose reads have not advanced for ``timeout`` (logged once per
+        stall, with the consumer thread's stack); how many were restarted."""
+        now = self._clock()
+        restarted, current = 0, set()
+        for consumer in consumers:
+            stalled = consumer.reader_stalled_for(now)
+            if stalled is None or stalled < self.timeout:
+                continue
+            stall = (consumer.key, round(now - stalled, 6))
+            current.add(stall)
+            if stall in self._restarted:
+                continue  # asked already (a read that will not return): a new reader has a new clock
+            log.error("%s: reads STALLED for %.1f s (processor_timeout %.1f s): no record and no read that "
+                      "found the shard caught up; restarting its reader from the last record delivered. "
+                      "The consumer thread's stack:\n%s", consumer.key, stalled, self.timeout,
+                      thread_stack(consumer.thread))
+            consumer.restart_reader()
+            restarted += 1
+        self._restarted = current
+        self.readers_restarted += restarted
+        return restarted

@@ -229,7 +229,9 @@ class Worker:
         interval = min(self.watchdog.timeout / 2, self.config.effective_tick_interval)
         while not self._stopped.wait(interval):
             try:
-                self.watchdog.check(self._watched())
+                watched = self._watched()
+                self.watchdog.check(watched)
+                self.watchdog.check_readers(watched)
             except Exception:  # a check that fails must not end the watch
                 log.exception("worker %s: the processor watchdog's check failed", self.worker_id)
 

@@ -3,6 +3,7 @@ thread, then through a Worker on moto whose processor hangs on its first batch."
 
 from __future__ import annotations
 
+import json
 import logging
 import threading
 import urllib.error
@@ -11,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
+from botocore.awsrequest import AWSResponse
 from prometheus_client.parser import text_string_to_metric_families
 
 from kinesis import StreamConfig, Worker, WorkerConfig
@@ -154,6 +156,107 @@ def test_a_hung_processor_is_reported_counted_and_fails_livez_with_restart(
         assert eventually(lambda: worker.status().processors_hung == 0 and worker.is_live(), 30)
         assert livez(url) == 200
         assert journal.wait_for(lambda _: set(written) <= journal.processed(), 30)
+    finally:
+        release.set()
+        worker.stop()
+
+
+class StuckIterators:
+    """A botocore ``before-send`` hook on a Kinesis client: while ``on``, every GetRecords is
+    answered (HTTP 200, a real response body) with no records, the same iterator and data
+    waiting (``MillisBehindLatest`` 5000): a reader that no longer advances. Any
+    GetShardIterator call (a new reader) turns it off."""
+
+    def __init__(self, client: Any):
+        self.on = False
+        self.answered = 0
+        self.reads = 0  # GetRecords calls, answered here or not
+        client.meta.events.register("before-send.kinesis", self._before_send)
+
+    def _before_send(self, request: Any, **_: Any) -> AWSResponse | None:
+        target = request.headers.get("X-Amz-Target", b"")
+        operation = (target.decode() if isinstance(target, bytes) else target).rsplit(".", 1)[-1]
+        if operation == "GetShardIterator":
+            self.on = False
+        self.reads += operation == "GetRecords"
+        if not self.on or operation != "GetRecords":
+            return None
+        self.answered += 1
+        iterator = json.loads(request.body)["ShardIterator"]
+        body = json.dumps({"Records": [], "NextShardIterator": iterator, "MillisBehindLatest": 5000}).encode()
+        headers = {"Content-Type": "application/x-amz-json-1.1", "x-amzn-RequestId": "stuck"}
+        return AWSResponse(request.url, 200, headers, _Body(body))
+
+
+class _Body:
+    def __init__(self, body: bytes):
+        self._body = body
+
+    def stream(self, **_: Any) -> Any:
+        yield self._body
+
+
+def test_a_reader_that_stops_advancing_while_data_waits_is_restarted(
+        aws: LocalAWS, caplog: pytest.LogCaptureFixture) -> None:
+    kinesis = aws.client("kinesis")
+    kinesis.create_stream(StreamName="stuck", ShardCount=1)
+    first = put_records(kinesis, "stuck", 10)
+    client = aws.client("kinesis")
+    stuck = StuckIterators(client)
+    journal = Journal()
+    config = WorkerConfig("stuck-leases", [StreamConfig("stuck", "app", "TRIM_HORIZON")], worker_id="w1",
+                          lease_duration=10.0, tick_interval=2.0 / 3, idle_backoff=0.1, health_port=0,
+                          processor_timeout=1.0)
+    worker = Worker(config, lambda: JournalProcessor(journal, "w1"), kinesis_client=client,
+                    dynamodb_client=aws.client("dynamodb"))
+    caplog.set_level(logging.WARNING, logger="kinesis")
+    worker.start()
+    try:
+        assert journal.wait_for(lambda _: set(first) <= journal.processed(), 30)
+        stuck.on = True
+        later = put_records(kinesis, "stuck", 10, prefix="later")
+        # the iterator stops advancing; the watchdog restarts the reader from the last record
+        # delivered (a new iterator), and the records written meanwhile are processed once each
+        assert journal.wait_for(lambda _: set(later) <= journal.processed(), 30), worker.status()
+        assert stuck.answered > 0
+        assert journal.duplicates() == 0 and len(journal.records()) == 20
+        assert worker.status().worker_counters["reader_restarts"] == 1
+        reports = [r.getMessage() for r in caplog.records if "reads STALLED" in r.getMessage()]
+        assert len(reports) == 1 and reports[0].startswith("app/stuck/shardId-000000000000: reads STALLED for")
+        url = worker.health_url
+        assert url is not None and livez(url) == 200  # a reader is replaced in process: no pod restart
+        samples = {s.name: s.value for f in text_string_to_metric_families(
+            urllib.request.urlopen(url + "/metrics").read().decode()) for s in f.samples}
+        assert samples["kinesis_worker_reader_restarts_total"] == 1
+    finally:
+        worker.stop()
+
+
+def test_an_idle_shard_or_a_long_processor_call_is_not_a_stalled_reader(aws: LocalAWS) -> None:
+    kinesis = aws.client("kinesis")
+    kinesis.create_stream(StreamName="idle", ShardCount=1)
+    written = put_records(kinesis, "idle", 3)
+    journal, release = Journal(), threading.Event()
+    HangsOnce.hung.clear()
+    config = WorkerConfig("idle-leases", [StreamConfig("idle", "app", "TRIM_HORIZON")], worker_id="w1",
+                          lease_duration=10.0, tick_interval=2.0 / 3, idle_backoff=0.1, processor_timeout=1.0)
+    client = aws.client("kinesis")
+    reads = StuckIterators(client)  # never on: it counts the reads
+    worker = Worker(config, lambda: HangsOnce(journal, "w1", release), kinesis_client=client,
+                    dynamodb_client=aws.client("dynamodb"))
+    worker.start()
+    try:
+        # a call past the timeout, checked by the watchdog several times: not the reader's time
+        assert eventually(lambda: any((s.processor_call_seconds or 0) > 2.5 for s in worker.status().shards), 30)
+        assert worker.status().processors_hung == 1
+        assert worker.status().worker_counters.get("reader_restarts", 0) == 0
+        release.set()
+        assert journal.wait_for(lambda _: set(written) <= journal.processed(), 30)
+        # caught up: every read finds nothing waiting, so the reads advance however long it idles
+        idle_from = reads.reads
+        assert eventually(lambda: reads.reads >= idle_from + int(2 * config.processor_timeout / 0.1), 30)
+        assert worker.status().shards[0].millis_behind_latest == 0
+        assert worker.status().worker_counters.get("reader_restarts", 0) == 0
     finally:
         release.set()
         worker.stop()
