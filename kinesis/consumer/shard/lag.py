@@ -10,9 +10,12 @@ changes by ``dL/dt = 1 - s`` per second; so
 * the arrival rate (records per second entering the shard) is the processing rate divided by
   ``s``: records processed per second cover ``s`` seconds of stream each second.
 
-Rates and the slope are smoothed by an exponential moving average with a time constant of
-``window`` seconds (default a minute), weighted by the time between observations so uneven
-polls count fairly. A lag under :data:`CAUGHT_UP_SECONDS` counts as caught up (a consumer at
+Rates and the slope are time-weighted averages over about the last ``window`` seconds
+(default a minute): sums of records and of lag changes, and of the time they took, each
+decayed by ``exp(-dt / window)``, so uneven polls count by their duration and the first
+observations carry no more weight than later ones (an exponential moving average seeded with
+its first sample keeps that sample's noise for a whole window: a real drain's estimate was
+off 2x for it). A lag under :data:`CAUGHT_UP_SECONDS` counts as caught up (a consumer at
 the tip reads records up to a poll interval old). Pure: the caller passes its monotonic
 clock's readings; one thread observes, any thread may read :meth:`LagTracker.estimate`.
 """
@@ -49,9 +52,9 @@ class LagTracker:
         if not window > 0:
             raise ValueError(f"window must be > 0 seconds, got {window!r}")
         self._window = window
-        # (lag, measured at, records / s, d(lag)/dt) replaced whole on each observation, so a
-        # reader on another thread never mixes two of them
-        self._state: tuple[float, float, float | None, float | None] | None = None
+        # (lag, measured at, decayed records, decayed lag change, decayed seconds) replaced
+        # whole on each observation, so a reader on another thread never mixes two of them
+        self._state: tuple[float, float, float, float, float] | None = None
 
     def observe(self, now: float, millis_behind_latest: int | None, records: int) -> None:
         """A read answered at ``now`` with ``millis_behind_latest`` (None: not reported) and
@@ -61,22 +64,20 @@ class LagTracker:
         lag = max(0.0, millis_behind_latest / 1000.0)
         state = self._state
         if state is None or now <= state[1]:
-            self._state = (lag, now, None if state is None else state[2], None if state is None else state[3])
+            self._state = (lag, now, *(state[2:] if state is not None else (0.0, 0.0, 0.0)))
             return
-        last_lag, at, rate, slope = state
+        last_lag, at, done, change, seconds = state
         dt = now - at
-        weight = 1.0 - math.exp(-dt / self._window)
-        new_rate, new_slope = records / dt, (lag - last_lag) / dt
-        rate = new_rate if rate is None else rate + weight * (new_rate - rate)
-        slope = new_slope if slope is None else slope + weight * (new_slope - slope)
-        self._state = (lag, now, rate, slope)
+        keep = math.exp(-dt / self._window)
+        self._state = (lag, now, done * keep + records, change * keep + (lag - last_lag), seconds * keep + dt)
 
     def estimate(self) -> LagEstimate:
         """The current estimate."""
         state = self._state
         if state is None:
             return LagEstimate(None, None, None, None, None)
-        lag, at, rate, slope = state
+        lag, at, done, change, seconds = state
+        rate, slope = (done / seconds, change / seconds) if seconds > 0 else (None, None)
         catch_up: float | None
         if lag < CAUGHT_UP_SECONDS:
             catch_up = 0.0

@@ -5,10 +5,18 @@ from __future__ import annotations
 
 import math
 import random
+import threading
+import time
 
 import pytest
 
+from kinesis import StreamConfig, Worker, WorkerConfig
+from kinesis.consumer.retrieval import Record
 from kinesis.consumer.shard.lag import LagEstimate, LagTracker, worker_lag
+from kinesis.consumer.shard.processor import Checkpointer
+from kinesis.testing import LocalAWS
+from tests.support.waiting import eventually
+from tests.support.worker_journal import Journal, JournalProcessor, put_records
 
 
 def drain(arrival: float, processing: float, backlog_s: float, seconds: float, *, seed: int = 1,
@@ -78,3 +86,68 @@ def test_the_worker_figures_are_the_worst_shard_and_the_summed_rates() -> None:
     assert worker_lag([*shards, LagEstimate(9.0, 1.0, None, None, None)]).catch_up_seconds == 30.0  # no trend yet
     assert worker_lag([LagEstimate(9.0, 1.0, None, None, None)]).catch_up_seconds is None
     assert worker_lag([]).max_lag_seconds is None
+
+
+class Paced(JournalProcessor):
+    """Processes ``rate`` records per second at most (each record costs 1/rate s of work)."""
+
+    rate = 100.0
+
+    def process_records(self, records: list[Record], checkpointer: Checkpointer,
+                        millis_behind_latest: int | None = None) -> None:
+        time.sleep(len(records) / self.rate)  # the work a record costs, not a wait for anything
+        super().process_records(records, checkpointer, millis_behind_latest)
+
+
+def test_a_real_workers_catch_up_estimate_during_a_backlog_drain_is_within_half_of_the_truth(aws: LocalAWS) -> None:
+    """A producer writes 50 records/s for 10 s before a Worker starts (a 10 s backlog in stream
+    time) and goes on writing; the Worker processes up to 100/s, so it covers 2 s of stream
+    per second and the lag shrinks by 1 s a second. Once the rate is steady (the lag under
+    7 s), the Worker's estimate is compared with the time the lag then really took to reach
+    the tip (moto's MillisBehindLatest: the stream time between the last record read and the
+    newest)."""
+    kinesis = aws.client("kinesis")
+    kinesis.create_stream(StreamName="backlog", ShardCount=1)
+    stop = threading.Event()
+    written: list[tuple[str, str]] = []
+
+    def produce() -> None:
+        started, n = time.monotonic(), 0
+        while not stop.wait(0.1):  # 50 records a second, kept to the clock however long a put takes
+            due = int(50 * (time.monotonic() - started)) - len(written)
+            if due > 0:
+                written.extend(put_records(kinesis, "backlog", due, prefix=f"p{n}-"))
+                n += 1
+
+    producer = threading.Thread(target=produce, daemon=True)
+    producer.start()
+    journal = Journal()
+    config = WorkerConfig("backlog-leases", [StreamConfig("backlog", "app", "TRIM_HORIZON")], worker_id="w1",
+                          lease_duration=10.0, tick_interval=2.0 / 3, idle_backoff=0.1, max_records=20)
+    worker = Worker(config, lambda: Paced(journal, "w1"), kinesis_client=aws.client("kinesis"),
+                    dynamodb_client=aws.client("dynamodb"))
+    try:
+        assert eventually(lambda: len(written) >= 500, 60)  # ~10 s of records first: the backlog
+        worker.start()
+        samples: list[tuple[float, float | None, float | None]] = []  # (when, lag, catch-up estimate)
+        estimate: tuple[float, float] | None = None
+        caught_at = None
+        deadline = time.monotonic() + 90
+        while caught_at is None and time.monotonic() < deadline:
+            status = worker.status()
+            now = time.monotonic()
+            samples.append((now, status.max_lag_seconds, status.catch_up_seconds))
+            lag = status.max_lag_seconds
+            if estimate is None and lag is not None and lag < 7.0 and status.catch_up_seconds is not None:
+                estimate = (now, status.catch_up_seconds)
+            if estimate is not None and lag is not None and lag < 0.5:
+                caught_at = now
+            stop.wait(0.05)  # sampling the Worker's figures, not waiting for an event
+        assert estimate is not None and caught_at is not None, samples[-5:]
+        truth = caught_at - estimate[0]
+        print(f"catch-up estimate {estimate[1]:.1f} s, truth {truth:.1f} s (ratio {estimate[1] / truth:.2f})")
+        assert 0.5 * truth <= estimate[1] <= 1.5 * truth, (estimate[1], truth)
+    finally:
+        stop.set()
+        producer.join()
+        worker.stop()
