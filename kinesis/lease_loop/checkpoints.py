@@ -20,7 +20,7 @@ The consumer's names for its kinds, ``Position`` and ``InitialPosition``, are in
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Literal
 
@@ -51,6 +51,10 @@ class Checkpoint:
     sequence_number: str
     sub_sequence_number: int = 0
     timestamp: datetime | None = None
+    arrival: datetime | None = field(default=None, repr=False)
+    """A record position's ``ApproximateArrivalTimestamp`` when known (not part of its
+    identity): stored with the checkpoint, so a later data loss can say which time span it
+    lost (:class:`~kinesis.consumer.retrieval.polling.DataGap`)."""
 
     def __post_init__(self) -> None:
         seq = self.sequence_number
@@ -73,6 +77,11 @@ class Checkpoint:
                 )
         elif self.timestamp is not None:
             raise InvalidCheckpointError("only the AT_TIMESTAMP sentinel carries a timestamp")
+        if self.arrival is not None and (seq in SENTINELS or not isinstance(self.arrival, datetime)
+                                         or self.arrival.tzinfo is None):
+            raise InvalidCheckpointError(
+                f"only a record position carries an arrival time, as a timezone-aware datetime; got {self.arrival!r} "
+                f"for {seq!r}")
 
     @classmethod
     def at_timestamp(cls, timestamp: datetime) -> Checkpoint:

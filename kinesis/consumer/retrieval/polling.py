@@ -78,6 +78,15 @@ class DataGap:
     """Set when GetShardIterator refused the position outright (its message): the reader goes
     on from ``TRIM_HORIZON``, the oldest record still there, so nothing still there is skipped."""
 
+    @property
+    def lost_seconds(self) -> float | None:
+        """The span of arrival times the loss covers: from the record resumed after (its
+        :attr:`~kinesis.lease_loop.checkpoints.Checkpoint.arrival`, stored with checkpoints of
+        records) to the oldest record still there; None when either time is unknown."""
+        if self.after.arrival is None or self.first_arrival is None:
+            return None
+        return max(0.0, (self.first_arrival - self.after.arrival).total_seconds())
+
 
 @dataclass
 class ReaderStats:

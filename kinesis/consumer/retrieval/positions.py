@@ -47,8 +47,9 @@ class Position(Checkpoint, metaclass=_KindTest):
     """A record position, "strictly after this" as a start: ``Position(seq, sub)`` is
     ``Checkpoint(seq, sub)`` for a sequence number only (a sentinel is refused)."""
 
-    def __new__(cls, sequence_number: str, sub_sequence_number: int = 0) -> Position:
-        return Checkpoint(check_sequence_number(sequence_number), sub_sequence_number)  # type: ignore[return-value]
+    def __new__(cls, sequence_number: str, sub_sequence_number: int = 0, arrival: datetime | None = None) -> Position:
+        return Checkpoint(check_sequence_number(sequence_number), sub_sequence_number,  # type: ignore[return-value]
+                          arrival=arrival)
 
     @staticmethod
     def _is_kind(cp: Checkpoint) -> bool:

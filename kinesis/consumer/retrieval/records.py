@@ -436,8 +436,9 @@ class Record:
 
     @property
     def position(self) -> Position:
-        """This record's position, the value to checkpoint once it is processed."""
-        return Position(self.sequence_number, self.sub_sequence_number)
+        """This record's position, the value to checkpoint once it is processed (with its
+        arrival time, stored with a checkpoint: :attr:`Checkpoint.arrival`)."""
+        return Position(self.sequence_number, self.sub_sequence_number, self.approximate_arrival_timestamp)
 
 
 def records_from_response(

@@ -625,15 +625,20 @@ class ShardConsumer:
         """Report a trimmed resume position (ERROR, counted); False to stop the shard here
         (``on_data_loss="stop_shard"``: hold the lease and process nothing until stopped)."""
         self.pool.count("data_loss_events")
+        span = gap.lost_seconds
+        if span is not None:
+            self.pool.count("data_loss_ms", round(span * 1000))
         arrived = f", arrived {gap.first_arrival.isoformat()}" if gap.first_arrival is not None else ""
+        lost = (f"records that arrived over {span:.1f} s after {gap.after.arrival.isoformat()}"
+                if span is not None and gap.after.arrival is not None else "the records")
         stop = self.pool.config.on_data_loss == "stop_shard"
         what = (f"GetShardIterator refused to start at it ({gap.refused}): it was trimmed, or is not of this "
                 "shard" if gap.refused is not None else
                 "the stream's retention period trimmed it before it was read on; the oldest record still there "
                 f"is {gap.first_available}{arrived}")
-        log.error("%s: DATA LOSS: position %s/%s is no longer in the shard (%s), and the records written after "
+        log.error("%s: DATA LOSS: position %s/%s is no longer in the shard (%s), and %s written after "
                   "it and before those still there are lost. on_data_loss=%r: %s", self.key,
-                  gap.after.sequence_number, gap.after.sub_sequence_number, what, self.pool.config.on_data_loss,
+                  gap.after.sequence_number, gap.after.sub_sequence_number, what, lost, self.pool.config.on_data_loss,
                   "holding the lease and processing nothing until an operator acts" if stop
                   else "going on from the oldest record still there")
         if not stop:

@@ -119,6 +119,12 @@ class WorkerCollector:
                 "Resume positions found trimmed by the retention period (records lost; see the ERROR log)",
             ),
             (
+                "kinesis_worker_data_loss_seconds",
+                status.worker_counters.get("data_loss_ms", 0) / 1000,
+                "Arrival-time span of the records lost to data losses, in seconds (losses whose "
+                "checkpoint has no arrival time are counted in events only)",
+            ),
+            (
                 "kinesis_worker_reader_restarts",
                 status.worker_counters.get("reader_restarts", 0),
                 "Readers restarted by the watchdog because their reads stopped advancing",

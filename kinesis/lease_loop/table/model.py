@@ -19,6 +19,8 @@ Lease attributes (camelCase, KCL style):
 ``checkpointTimestamp``        S    ISO 8601, only for the ``AT_TIMESTAMP`` sentinel
 ``checkpointOrder``            S    fixed-width sort key of the checkpoint; checkpoint writes
                                     carry ``checkpointOrder <= :new`` in their condition
+``checkpointArrival``          S    ISO 8601 arrival time of the checkpointed record, when
+                                    known (a later data loss then says which span it lost)
 ``parents``                    L    parent lease keys / shard ids (strings)
 ``leaseState``                 S    ``ACTIVE_SESSION`` (held under a session lease, below),
                                     ``ACTIVE`` (free, offered, or held by a release before 0.2)
@@ -78,6 +80,7 @@ CHECKPOINT = "checkpoint"
 SUB_SEQUENCE = "checkpointSubSequenceNumber"
 CHECKPOINT_TS = "checkpointTimestamp"
 CHECKPOINT_ORDER = "checkpointOrder"
+CHECKPOINT_ARRIVAL = "checkpointArrival"
 PARENTS = "parents"
 STATE = "leaseState"
 PENDING_HANDOFF = "pendingHandoffTo"
@@ -306,7 +309,20 @@ def _checkpoint_from_item(item: Mapping[str, Any]) -> Checkpoint:
     order = _s(item, CHECKPOINT_ORDER)
     if order != cp.order_string:
         raise ValueError(f"checkpointOrder {order!r} does not match checkpoint {seq!r}/{sub}")
-    return cp
+    arrival = _arrival(item)
+    return replace(cp, arrival=arrival) if arrival is not None and cp.is_record else cp
+
+
+def _arrival(item: Mapping[str, Any]) -> datetime | None:
+    """``checkpointArrival``, or None if absent or unreadable: it only says which time span a
+    later data loss lost, so a bad one must not make the lease unusable."""
+    raw = item.get(CHECKPOINT_ARRIVAL)
+    text = raw.get("S") if isinstance(raw, dict) else None
+    try:
+        arrival = datetime.fromisoformat(text) if isinstance(text, str) else None
+    except ValueError:
+        return None
+    return arrival if arrival is not None and arrival.tzinfo is not None else None
 
 
 def _pending_from_item(item: Mapping[str, Any]) -> Checkpoint | None:
@@ -404,6 +420,8 @@ def checkpoint_attributes(cp: Checkpoint) -> dict[str, dict[str, str]]:
     }
     if cp.timestamp is not None:
         out[CHECKPOINT_TS] = {"S": cp.timestamp.isoformat()}
+    if cp.arrival is not None:
+        out[CHECKPOINT_ARRIVAL] = {"S": cp.arrival.isoformat()}
     return out
 
 

@@ -114,6 +114,8 @@ def checkpoint_change(lease: Lease, cp: Checkpoint, session: str | None = None) 
     remove = [m.PENDING_CHECKPOINT, m.PENDING_SUB_SEQUENCE]  # a checkpoint supersedes it
     if cp.timestamp is None:
         remove.append(m.CHECKPOINT_TS)
+    if cp.arrival is None:
+        remove.append(m.CHECKPOINT_ARRIVAL)
     return attrs, remove
 
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import logging
 import urllib.request
+from datetime import timedelta
 
 import pytest
 from botocore.config import Config
@@ -19,15 +20,16 @@ from kinesis.errors import ConfigurationError
 from kinesis.lease_loop.table.leases import LeaseTable
 from kinesis.testing import LocalAWS
 from tests.support.kinesis_faults import FaultInjector
-from tests.support.moto_trim import trim_oldest
+from tests.support.moto_trim import moto_stream, trim_oldest
 from tests.support.waiting import eventually
 from tests.support.worker_journal import Journal, JournalProcessor, make_worker, put_records
 
 
-def checkpointed_then_trimmed(aws: LocalAWS, stream: str, table: str) -> tuple[str, list[str]]:
+def checkpointed_then_trimmed(aws: LocalAWS, stream: str, table: str) -> tuple[str, list[str], float]:
     """10 records processed and checkpointed by a worker that stopped; 5 more written; the 12
     oldest trimmed (the checkpoint and the 2 records after it). Returns the checkpoint's
-    sequence number and the sequence numbers still there."""
+    sequence number, the sequence numbers still there, and the arrival-time span lost (from
+    the checkpointed record to the oldest record still there)."""
     kinesis = aws.client("kinesis")
     kinesis.create_stream(StreamName=stream, ShardCount=1)
     first = put_records(kinesis, stream, 10)
@@ -41,14 +43,20 @@ def checkpointed_then_trimmed(aws: LocalAWS, stream: str, table: str) -> tuple[s
     shard = first[0][0]
     lease = LeaseTable(aws.client("dynamodb"), table).scan().leases[f"app/{stream}/{shard}"]
     assert lease.checkpoint.sequence_number == first[-1][1]
+    assert lease.checkpoint.arrival is not None  # stored with the checkpoint
     later = put_records(kinesis, stream, 5, prefix="later")
+    for _, seq in later:  # they arrived 42 s after the checkpointed record
+        record = moto_stream(stream).shards[shard].records[int(seq)]
+        record.created_at_datetime += timedelta(seconds=42)
+        record.created_at += 42.0
+    arrivals = {str(seq): r.created_at for seq, r in moto_stream(stream).shards[shard].records.items()}
     trim_oldest(stream, shard, 12)
-    return first[-1][1], [seq for _, seq in later[2:]]
+    return first[-1][1], [seq for _, seq in later[2:]], arrivals[later[2][1]] - arrivals[first[-1][1]]
 
 
 def test_a_trimmed_checkpoint_is_logged_counted_and_skipped_with_continue(
         aws: LocalAWS, caplog: pytest.LogCaptureFixture) -> None:
-    checkpoint, remaining = checkpointed_then_trimmed(aws, "loss", "loss-leases")
+    checkpoint, remaining, span = checkpointed_then_trimmed(aws, "loss", "loss-leases")
     caplog.set_level(logging.ERROR, logger="kinesis.consumer.shard.consumer")
     journal = Journal()
     worker = make_worker(aws, journal, "after", [StreamConfig("loss", "app", "TRIM_HORIZON")], table="loss-leases",
@@ -62,24 +70,30 @@ def test_a_trimmed_checkpoint_is_logged_counted_and_skipped_with_continue(
         assert f"position {checkpoint}/0 is no longer in the shard" in losses[0]
         assert f"the oldest record still there is {remaining[0]}" in losses[0]
         assert "on_data_loss='continue': going on from the oldest record still there" in losses[0]
+        assert f"records that arrived over {span:.1f} s after" in losses[0]
         assert worker.status().worker_counters["data_loss_events"] == 1
         url = worker.health_url
         assert url is not None
         samples = {s.name: s.value for f in text_string_to_metric_families(
             urllib.request.urlopen(url + "/metrics").read().decode()) for s in f.samples}
         assert samples["kinesis_worker_data_loss_events_total"] == 1
+        assert span > 42 and samples["kinesis_worker_data_loss_seconds_total"] == pytest.approx(span, abs=0.002)
     finally:
         worker.stop()
 
 
 def test_stop_shard_holds_the_lease_processes_nothing_and_keeps_the_checkpoint(aws: LocalAWS) -> None:
-    checkpoint, _ = checkpointed_then_trimmed(aws, "held", "held-leases")
+    checkpoint, _, _ = checkpointed_then_trimmed(aws, "held", "held-leases")
     journal = Journal()
     worker = make_worker(aws, journal, "after", [StreamConfig("held", "app", "TRIM_HORIZON")], table="held-leases",
-                         on_data_loss="stop_shard")
+                         on_data_loss="stop_shard", health_port=0)
     worker.start()
     try:
         assert eventually(lambda: [s.state for s in worker.status().shards] == ["data-loss"], 30), worker.status()
+        assert worker.health_url is not None
+        samples = {s.name: s.value for f in text_string_to_metric_families(
+            urllib.request.urlopen(worker.health_url + "/metrics").read().decode()) for s in f.samples}
+        assert samples["kinesis_worker_shards_data_loss"] == 1
         put_records(aws.client("kinesis"), "held", 3, prefix="more")
         assert worker.status().held and not journal.records()  # held, and nothing delivered
         assert worker.status().worker_counters["data_loss_events"] == 1

@@ -3,6 +3,8 @@ changes, and what a failed condition means."""
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
+
 import pytest
 
 from kinesis.errors import (
@@ -53,7 +55,12 @@ def test_a_new_lease_is_held_at_counter_1_by_its_owner_and_shard_end_sets_the_st
 def test_a_checkpoint_change_resets_the_owner_switches_clears_the_pending_one_and_never_goes_back() -> None:
     attrs, remove = checkpoint_change(HELD, Checkpoint("200"))
     assert attrs[m.OWNER_SWITCHES] == {"N": "0"} and attrs[m.STATE] == {"S": LeaseState.ACTIVE.value}
-    assert remove == [m.PENDING_CHECKPOINT, m.PENDING_SUB_SEQUENCE, m.CHECKPOINT_TS]
+    assert remove == [m.PENDING_CHECKPOINT, m.PENDING_SUB_SEQUENCE, m.CHECKPOINT_TS, m.CHECKPOINT_ARRIVAL]
+    arrived = datetime(2026, 11, 28, tzinfo=UTC)
+    attrs, remove = checkpoint_change(HELD, Checkpoint("200", arrival=arrived))  # a record's, with its arrival
+    assert attrs[m.CHECKPOINT_ARRIVAL] == {"S": arrived.isoformat()} and m.CHECKPOINT_ARRIVAL not in remove
+    with pytest.raises(InvalidCheckpointError, match="only a record position carries an arrival time"):
+        Checkpoint("SHARD_END", arrival=arrived)
     attrs, _ = checkpoint_change(HELD, SHARD_END)
     assert attrs[m.STATE] == {"S": LeaseState.SHARD_END.value}
     with pytest.raises(CheckpointRegressionError, match="is behind the stored 100"):
@@ -96,3 +103,13 @@ def test_attributes_equal_leaves_out_unknown_values() -> None:
     assert attributes_equal({"#tok": {"S": "t"}, "#c": {"N": "4"}}) == (
         "#tok = :tok AND #c = :c", {":tok": {"S": "t"}, ":c": {"N": "4"}})
     assert attributes_equal({"#inc": {"S": "i"}, "#hb": None}) == ("#inc = :inc", {":inc": {"S": "i"}})
+
+
+def test_a_checkpoints_arrival_is_read_back_and_an_unreadable_one_is_only_unknown() -> None:
+    arrived = datetime(2026, 11, 28, 1, 2, 3, 456000, tzinfo=UTC)
+    item = m.lease_to_item(Lease("app/s/k", "a", 3, Checkpoint("200", arrival=arrived)))
+    assert item[m.CHECKPOINT_ARRIVAL] == {"S": arrived.isoformat()}
+    assert m.lease_from_item(item).checkpoint.arrival == arrived
+    for bad in ({"S": "yesterday"}, {"S": "2026-11-28T01:02:03"}, {"N": "5"}):  # garbage, naive, wrong type
+        lease = m.lease_from_item({**item, m.CHECKPOINT_ARRIVAL: bad})  # not a corrupt row: the lease is usable
+        assert lease.checkpoint == Checkpoint("200") and lease.checkpoint.arrival is None
