@@ -96,7 +96,14 @@ def merge(reports: list[dict[str, Any]]) -> dict[str, Any]:
     out["bounds_d"], out["bounds_d_replicas0"] = reports[0]["bounds_d"], reports[0]["bounds_d_replicas0"]
     out["elapsed_s"] = round(sum(r["elapsed_s"] for r in reports), 1)
     out["cpu_s_per_schedule"] = round(sum(r["cpu_s_per_schedule"] * r["seeds"] for r in reports) / max(1, out["seeds"]), 3)
-    out["seed_ranges"] = [list(r) for r in ranges]
+    covered: list[list[int]] = []
+    for start, end in ranges:  # adjacent parts make one range; what lies between two is a gap
+        if covered and start == covered[-1][1] + 1:
+            covered[-1][1] = end
+        else:
+            covered.append([start, end])
+    out["seed_ranges"] = covered
+    out["gaps"] = [[a[1] + 1, b[0] - 1] for a, b in itertools.pairwise(covered)]
     out["failures"] = [f for r in reports for f in r.get("failures", [])][:20]
     return out
 
@@ -127,7 +134,7 @@ def main(argv: list[str] | None = None) -> int:
         merged = merge([json.loads(p.read_text()) for p in args.merge])
         if args.out:
             args.out.write_text(json.dumps(merged, indent=1) + "\n")
-        print(json.dumps({k: merged[k] for k in ("seeds", "failed", "failing_seeds", "seed_ranges")}))
+        print(json.dumps({k: merged[k] for k in ("seeds", "failed", "failing_seeds", "seed_ranges", "gaps")}))
         return 1 if merged["failed"] else 0
     console = Console(stderr=True)
     kinds = tuple(k for k in args.kinds.split(",") if k) or None

@@ -131,7 +131,7 @@ def test_the_checker_reports_a_stall_when_nobody_takes_over_a_crashed_holder(mon
 
 def test_a_long_profile_run_in_parts_merges_into_one_report(tmp_path: Path) -> None:
     parts = []
-    for start in (1, 3):
+    for start in (1, 3, 7):
         out = tmp_path / f"part_{start}.json"
         fleetsim("--seeds", "2", "--start", str(start), "--jobs", "1", "--quiet", "--profile", "fast", "--out", str(out))
         parts.append(out)
@@ -139,7 +139,8 @@ def test_a_long_profile_run_in_parts_merges_into_one_report(tmp_path: Path) -> N
     assert result.returncode == 0, result.stdout + result.stderr
     merged = json.loads((tmp_path / "merged.json").read_text())
     reports = [json.loads(p.read_text()) for p in parts]
-    assert merged["seeds"] == 4 and merged["seed_ranges"] == [[1, 2], [3, 4]]
+    assert merged["seeds"] == 6 and merged["seed_ranges"] == [[1, 4], [7, 8]]  # adjacent parts join
+    assert merged["gaps"] == [[5, 6]]  # a part not run yet shows
     for kind, n in merged["schedules_by_kind"].items():
         assert n == sum(r["schedules_by_kind"][kind] for r in reports)
         assert merged["worst_recovery_d_by_kind"][kind] == max(r["worst_recovery_d_by_kind"][kind] for r in reports)
