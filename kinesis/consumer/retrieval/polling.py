@@ -23,6 +23,7 @@ from botocore.exceptions import ClientError
 
 from kinesis.aws_errors import error_code
 from kinesis.consumer.discovery.shards import named_client_error
+from kinesis.consumer.retrieval import fast_parse
 from kinesis.consumer.retrieval.failures import ShutdownRequested, call_with_retries, is_retryable
 from kinesis.consumer.retrieval.positions import (
     Checkpoint,
@@ -233,6 +234,10 @@ class ShardReader:
     ``failOnDataLoss``), or ``"trim_horizon"``: a :class:`DataGap` with the next batch, then
     reading from the oldest record still there (the Worker's ``on_data_loss``).
 
+    GetRecords responses are parsed by :mod:`~kinesis.consumer.retrieval.fast_parse`, installed
+    on ``kinesis_client`` (its other calls, and anything that parser does not recognise, stay
+    botocore's); arrival times are UTC datetimes.
+
     Not thread-safe: one reader is driven by one thread.
     """
 
@@ -262,6 +267,7 @@ class ShardReader:
         if max_attempts < 1:
             raise ConfigurationError(f"max_attempts must be >= 1, got {max_attempts}")
         self.client = kinesis_client
+        fast_parse.install(kinesis_client)
         self.stream_name = stream_name
         self.shard_id = shard_id
         self.start = start

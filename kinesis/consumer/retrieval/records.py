@@ -31,7 +31,7 @@ import hashlib
 import logging
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 from kinesis.consumer.retrieval.positions import Position
@@ -459,6 +459,8 @@ def records_from_response(
         seq: str = raw["SequenceNumber"]
         pk: str = raw["PartitionKey"]
         arrival: datetime | None = raw.get("ApproximateArrivalTimestamp")
+        if arrival is not None and arrival.tzinfo is not UTC:  # botocore's own parse: local time
+            arrival = arrival.astimezone(UTC)
         ehk: str | None = raw.get("ExplicitHashKey")
         if has_magic(data):
             if digest_matches(data):

@@ -1,0 +1,153 @@
+"""The fast GetRecords parser equals botocore's on every body it accepts, and leaves the rest
+(and every error response) to botocore. Property tests over random responses, adversarial
+bodies, and real responses of the moto server through boto3 clients with and without it."""
+
+from __future__ import annotations
+
+import base64
+import json
+from datetime import UTC
+from typing import Any
+
+import boto3
+import pytest
+from botocore.exceptions import ClientError
+from botocore.parsers import create_parser
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from kinesis.consumer.retrieval import fast_parse
+from kinesis.consumer.retrieval.records import aggregate, records_from_response
+from kinesis.testing import LocalAWS
+
+_SHAPE = boto3.client("kinesis", region_name="us-east-1", aws_access_key_id="x",
+                      aws_secret_access_key="y").meta.service_model.operation_model("GetRecords").output_shape
+_BOTOCORE = create_parser("json")
+
+
+def botocore_parse(body: bytes) -> dict[str, Any]:
+    parsed = _BOTOCORE.parse({"status_code": 200, "headers": {}, "body": body}, _SHAPE)
+    parsed.pop("ResponseMetadata", None)
+    return dict(parsed)
+
+
+def maybe(strategy: st.SearchStrategy[Any]) -> st.SearchStrategy[Any]:
+    """A member that is there, null, or absent (``...``)."""
+    return st.one_of(strategy, st.none(), st.just(...))
+
+
+text = st.text(st.characters(blacklist_categories=("Cs",)), max_size=40)  # any unicode but lone surrogates
+records = st.fixed_dictionaries({}, optional={
+    "SequenceNumber": st.integers(0, 10**56).map(str),
+    "ApproximateArrivalTimestamp": st.one_of(st.floats(0, 4e9, allow_nan=False), st.integers(0, 4 * 10**9)),
+    "Data": st.binary(max_size=2048).map(lambda b: base64.b64encode(b).decode()),
+    "PartitionKey": text,
+    "EncryptionType": st.sampled_from(["NONE", "KMS"]),
+})
+children = st.fixed_dictionaries({}, optional={
+    "ShardId": text,
+    "ParentShards": st.lists(text, max_size=2),
+    "HashKeyRange": st.fixed_dictionaries({}, optional={"StartingHashKey": text, "EndingHashKey": text}),
+})
+responses = st.fixed_dictionaries({}, optional={
+    "Records": st.lists(records, max_size=8),
+    "NextShardIterator": maybe(text),
+    "MillisBehindLatest": maybe(st.integers(0, 2**40)),
+    "ChildShards": maybe(st.lists(children, max_size=2)),
+})
+
+
+def encode(response: dict[str, Any]) -> bytes:
+    return json.dumps({k: v for k, v in response.items() if v is not ...}).encode()
+
+
+@settings(max_examples=300, deadline=None)
+@given(responses)
+def test_every_response_is_parsed_as_botocore_parses_it(response: dict[str, Any]) -> None:
+    body = encode(response)
+    ours = fast_parse.parse_get_records(body)
+    assert ours is not None, body  # a well-formed response is always its to parse
+    assert ours == botocore_parse(body)  # datetimes compare as instants
+    assert all(r["ApproximateArrivalTimestamp"].tzinfo is UTC for r in ours.get("Records", [])
+               if "ApproximateArrivalTimestamp" in r)
+    theirs = botocore_parse(body).get("Records", [])
+    full = [r for r in ours.get("Records", []) if {"SequenceNumber", "Data", "PartitionKey"} <= r.keys()]
+    if len(full) == len(theirs):  # the SDK's records from either parse are the same records
+        assert records_from_response("s", "shardId-0", full) == records_from_response("s", "shardId-0", theirs)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.one_of(
+    st.binary(max_size=64),
+    st.recursive(st.one_of(st.none(), st.booleans(), st.floats(allow_nan=False), st.integers(), text),
+                 lambda inner: st.one_of(st.lists(inner, max_size=3), st.dictionaries(
+                     st.sampled_from(["Records", "Data", "SequenceNumber", "MillisBehindLatest", "ChildShards",
+                                      "NextShardIterator", "ApproximateArrivalTimestamp", "PartitionKey", "x"]),
+                     inner, max_size=4)), max_leaves=12).map(lambda v: json.dumps(v).encode()),
+))
+def test_what_it_accepts_from_any_body_equals_botocore_and_the_rest_is_left_to_botocore(body: bytes) -> None:
+    ours = fast_parse.parse_get_records(body)
+    if ours is not None:
+        assert ours == botocore_parse(body)
+
+
+@pytest.mark.parametrize("body", [
+    b'{"Records": [], "MillisBehindLatest": 5.0}',  # a float where botocore keeps the float
+    b'{"Records": [{"Data": 5}]}',  # a blob that is not a string
+    b'{"Records": [null]}',  # botocore keeps the null in the list
+    b'{"Records": [{"ApproximateArrivalTimestamp": "2026-11-28T00:00:00Z"}]}',  # an ISO string: botocore's
+    b'{"Records": [], "SomethingNew": 1}',  # a member this parser does not know
+    b'{"MillisBehindLatest": true}',
+    b'{"MillisBehindLatest": 1e400}',
+    b'{"Records": [{"PartitionKey": "\\ud800"}]}',  # a lone surrogate: orjson refuses it
+    b'not json', b'[]', b'{"MillisBehindLatest": 99999999999999999999999}',
+])
+def test_unrecognised_bodies_are_left_to_botocore(body: bytes) -> None:
+    assert fast_parse.parse_get_records(body) is None
+
+
+def test_a_one_mebibyte_record_and_a_kpl_aggregate_decode_the_same() -> None:
+    big = bytes(range(256)) * 4096
+    agg = aggregate([("pk-ü", b"one"), ("pk-2", b"two")])[0]
+    body = json.dumps({"Records": [
+        {"SequenceNumber": "1", "ApproximateArrivalTimestamp": 1764288000.123, "PartitionKey": "k",
+         "Data": base64.b64encode(big).decode()},
+        {"SequenceNumber": "2", "ApproximateArrivalTimestamp": 1764288001, "PartitionKey": agg.partition_key,
+         "Data": base64.b64encode(agg.data).decode()},
+    ], "NextShardIterator": "it", "MillisBehindLatest": 0}).encode()
+    ours = fast_parse.parse_get_records(body)
+    assert ours is not None and ours == botocore_parse(body) and ours["Records"][0]["Data"] == big
+    users = records_from_response("s", "shardId-0", ours["Records"])
+    assert [(r.partition_key, r.data, r.sub_sequence_number) for r in users[1:]] == [("pk-ü", b"one", 0),
+                                                                                    ("pk-2", b"two", 1)]
+
+
+def test_error_responses_and_empty_bodies_are_not_touched() -> None:
+    for response in ({"status_code": 400, "headers": {}, "body": b'{"__type": "ExpiredIteratorException"}'},
+                     {"status_code": 200, "headers": {}, "body": b""}):
+        before = dict(response)
+        customized: dict[str, Any] = {}
+        fast_parse._before_parse(response_dict=response, customized_response_dict=customized)
+        assert response == before and customized == {}
+
+
+def test_real_responses_through_boto3_equal_botocores(aws: LocalAWS) -> None:
+    plain, fast = aws.client("kinesis"), aws.client("kinesis")
+    fast_parse.install(fast)
+    fast_parse.install(fast)  # once only
+    plain.create_stream(StreamName="parse", ShardCount=1)
+    plain.put_records(StreamName="parse", Records=[
+        {"Data": bytes([i]) * (i * 10), "PartitionKey": f"ключ-{i}"} for i in range(50)])
+    shard = plain.list_shards(StreamName="parse")["Shards"][0]["ShardId"]
+    iterator = plain.get_shard_iterator(StreamName="parse", ShardId=shard,
+                                        ShardIteratorType="TRIM_HORIZON")["ShardIterator"]
+    a, b = plain.get_records(ShardIterator=iterator), fast.get_records(ShardIterator=iterator)
+    assert len(b["Records"]) == 50 and a["Records"] == b["Records"]
+    assert a["MillisBehindLatest"] == b["MillisBehindLatest"] and b["ResponseMetadata"]["HTTPStatusCode"] == 200
+    assert all(r["ApproximateArrivalTimestamp"].tzinfo is UTC for r in b["Records"])
+    codes = []
+    for client in (plain, fast):  # errors are botocore's, as before
+        with pytest.raises(ClientError) as raised:
+            client.get_records(ShardIterator="x" * 40)
+        codes.append((raised.value.response["Error"]["Code"], raised.value.response["Error"]["Message"]))
+    assert codes[0] == codes[1] and codes[0][0]
