@@ -181,8 +181,10 @@ class BatchCursor:
                 self._gap = DataGap(self._verify, first, arrival if isinstance(arrival, datetime) else None)
             self._verify = None
         records = records_from_response(self.stream_name, self.shard_id, raw)
-        if self.resume is not None:
-            resume = self.resume
+        resume = self.resume
+        if resume is not None and records and not records[0].position > resume:
+            # records come in shard order: only a fetch that starts at or before the resume
+            # position (a new iterator, an aggregate resumed inside) has any to drop
             records = [r for r in records if r.position > resume]
         return records
 
