@@ -38,6 +38,7 @@ class Observations:
         self._expiry_served = -math.inf  # the last expiry moment a round was scheduled for
         self._absent: dict[str, tuple[float, int]] = {}  # member -> (no hand-off until, times in a row)
         self._stall_read: dict[str, tuple[str | None, int]] = {}  # member -> (token, counter) read again as stalled
+        self._confirming: dict[str, tuple[str | None, int]] = {}  # those the last behind() asked to confirm
 
     def observe(self, rows: Mapping[str, Lease], now: float, *, partial: bool = False,
                 by_session: bool = False) -> frozenset[str]:
@@ -122,6 +123,7 @@ class Observations:
             if floor is not None and (lease is None or lease.counter < floor):
                 keys.append(key)
         members = []
+        self._confirming = {}
         for member, row in sessions.items():
             if (s2 := self.sessions.get(member)) is None:
                 continue
@@ -130,15 +132,16 @@ class Observations:
             elif (row is not None and row.counter == s2.counter and s2.since <= stalled_before
                   and self._stall_read.get(member) != (s2.token, s2.counter)):
                 members.append(member)  # read again now: see read_again
+                self._confirming[member] = (s2.token, s2.counter)
         return keys, members
 
-    def read_again(self, members: Iterable[str]) -> None:
-        """The caller read the session rows of ``members`` again, strongly consistent, as
-        :meth:`behind` asked: a session about to be judged stalled is not read again at the
-        counter seen now. Called only once that read succeeded: a failed one is owed still."""
-        for member in members:
-            if (s2 := self.sessions.get(member)) is not None:
-                self._stall_read[member] = (s2.token, s2.counter)
+    def read_again(self) -> None:
+        """The caller read again, strongly consistent, the session rows the last :meth:`behind`
+        asked for: those about to be judged stalled are not read again at the counter seen
+        then (a re-read of a row that was merely behind is no such confirmation). Called only
+        once that read succeeded: a failed one is owed still."""
+        self._stall_read.update(self._confirming)
+        self._confirming = {}
 
     def timers(self, rows: Mapping[str, Lease], keys: Iterable[str]) -> dict[str, Seen]:
         """A copy of the timers a round's decisions may look at (the rows read, the keys to take)."""

@@ -582,7 +582,7 @@ class RoundReads:
         if not keys and not members:
             return rows, sessions
         again_rows, again_sessions = self._holder.table.read_rows(keys, members, consistent=True)
-        self._obs.read_again(members)
+        self._obs.read_again()
         return {**rows, **again_rows}, {**sessions, **again_sessions}
 
     def _stalled_before(self) -> float:
@@ -612,7 +612,7 @@ class RoundReads:
         if not keys and not members:
             return snapshot
         rows, sessions = self._holder.table.read_rows(keys, members, consistent=True)
-        self._obs.read_again(members)
+        self._obs.read_again()
         leases = {**snapshot.leases, **rows}
         current = {**snapshot.sessions, **sessions}
         return replace(snapshot, leases={k: v for k, v in leases.items() if v is not None},

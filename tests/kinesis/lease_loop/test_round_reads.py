@@ -338,3 +338,24 @@ def test_a_failed_consistent_read_of_a_session_about_to_stall_is_made_again_next
         assert p.clock() - obs.sessions["a"].since < 1.5 * TIMING.lease_duration + TIMING.scan_interval, \
             "a live session looked stalled after a failed consistent read"
     assert failed == 1 and table.consistent_gets
+
+
+def test_a_reread_of_a_row_that_was_behind_does_not_use_up_the_stall_confirming_read() -> None:
+    """A stale replica one renewal behind (counter 4 where 5 was seen) is read again, strongly
+    consistent; that re-read is no confirmation of a stall. Marked as one, it let later stale
+    reads repeating counter 5 while a renewed make a look stalled without a consistent read
+    (found by review)."""
+    table, p = watching_a_session()
+    obs = p.reads._obs
+    table.stale["a"] = [SessionRow("a", "t1", 4)]  # one read a renewal behind: read again at once
+    while table.stale["a"]:
+        p.clock.advance(TIMING.scan_interval)
+        p.reads.read(full=False)
+    assert table.consistent_gets and (obs.sessions["a"].token, obs.sessions["a"].counter) == ("t1", 5)
+    for counter in range(6, 6 + int(3 * TIMING.lease_duration / TIMING.scan_interval)):
+        table.sessions["a"] = SessionRow("a", "t1", counter)  # a renews
+        table.stale["a"] = [SessionRow("a", "t1", 5)]  # every eventually consistent read: counter 5
+        p.clock.advance(TIMING.scan_interval)
+        p.reads.read(full=False)
+        assert p.clock() - obs.sessions["a"].since < 1.5 * TIMING.lease_duration + TIMING.scan_interval, \
+            "a live session looked stalled"
