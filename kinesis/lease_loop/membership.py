@@ -215,7 +215,7 @@ class SessionMembership:
         list if its version moved; rebuild it if it was lost (:meth:`_rebuild_lost`)."""
         if item is None:
             if self.known_version and not self._left:  # else nothing to rebuild (_rebuild_lost)
-                self.refresh()  # a stale replica may not have the head yet: gone only if read so
+                self._confirm()  # a stale replica may not have the head yet: gone only if read so
             return
         try:
             head = self.store.head_of(dict(item))
@@ -235,7 +235,7 @@ class SessionMembership:
             behind = self._behind(head)
             moved = head.version > self._version
         if behind and not consistent:
-            self.refresh()
+            self._confirm()
             return
         if behind:
             log.warning("%s: the member list went back to version %d (it knew %d): merging what it knows",
@@ -246,6 +246,14 @@ class SessionMembership:
                 self._read(head)
             except (ManifestConflictError, ManifestCorruptError) as exc:
                 log.warning("%s: the member list could not be read (next time): %s", self._self_id, exc)
+
+    def _confirm(self) -> None:
+        """:meth:`refresh` after an eventually consistent read that looked like a loss or a step
+        back; a failed read (throttled) only waits for the next one, as any head read."""
+        try:
+            self.refresh()
+        except KinesisHashRingError as exc:
+            log.warning("%s: could not read the member list's head again (next time): %s", self._self_id, exc)
 
     def _behind(self, head: ManifestHead) -> bool:
         """Whether ``head`` holds less than this member knows: an older version, or its own

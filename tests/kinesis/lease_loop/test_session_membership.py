@@ -14,6 +14,7 @@ from collections import Counter
 
 import pytest
 
+from kinesis.errors import KinesisRetriesExhaustedError
 from kinesis.lease_loop.coordinator import LeaseCoordinator
 from kinesis.lease_loop.membership import SessionMembership, decode, encode
 from kinesis.lease_loop.table.leases import LeaseTable
@@ -227,3 +228,24 @@ def test_a_stale_replica_of_an_older_head_is_no_reason_to_repair_the_list(caplog
         fleet.round()
     assert everyone_lists(fleet, ["a", "b", "c", "d"])
     assert not [r for r in caplog.records if "went back" in r.getMessage()]
+
+
+def test_a_failed_confirming_read_of_the_head_waits_for_the_next_one(monkeypatch: pytest.MonkeyPatch) -> None:
+    # the consistent read that confirms a stale head (or its absence) is throttled: the round
+    # must go on (before: the error escaped the round's reads and aborted the round)
+    fleet = Fleet(["a", "b"])
+    fleet.until(lambda: everyone_lists(fleet, ["a", "b"]), limit=6)
+    membership = fleet.coordinators["a"].membership
+    assert isinstance(membership, SessionMembership)
+
+    def throttled(*, consistent: bool = False) -> None:
+        raise KinesisRetriesExhaustedError("throttled")
+
+    current = fleet.memory.get_item(TableName=fleet.table.table_name, Key={"leaseKey": {"S": membership.head_key}},
+                                    ConsistentRead=True)["Item"]
+    older = {**current, "version": {"N": str(membership.known_version - 1)}}
+    assert membership.store.head_of(dict(older)).version < membership.known_version  # a well-formed older head
+    monkeypatch.setattr(membership.store, "head", throttled)
+    membership.observe_head(None)  # no head where one was known
+    membership.observe_head(older)  # a replica a version behind
+    assert membership.members() == ("a", "b")
