@@ -19,8 +19,11 @@ Lease attributes (camelCase, KCL style):
 ``checkpointTimestamp``        S    ISO 8601, only for the ``AT_TIMESTAMP`` sentinel
 ``checkpointOrder``            S    fixed-width sort key of the checkpoint; checkpoint writes
                                     carry ``checkpointOrder <= :new`` in their condition
-``checkpointArrival``          S    ISO 8601 arrival time of the checkpointed record, when
-                                    known (a later data loss then says which span it lost)
+``checkpointArrival``          M    the checkpointed record's arrival time, when known: ``at``
+                                    (S, ISO 8601) and ``of`` (S, ``sequence/sub-sequence``:
+                                    read only with that checkpoint, so a writer that does not
+                                    know the attribute leaves no stale time behind); a later
+                                    data loss then says which span it lost
 ``parents``                    L    parent lease keys / shard ids (strings)
 ``leaseState``                 S    ``ACTIVE_SESSION`` (held under a session lease, below),
                                     ``ACTIVE`` (free, offered, or held by a release before 0.2)
@@ -309,15 +312,22 @@ def _checkpoint_from_item(item: Mapping[str, Any]) -> Checkpoint:
     order = _s(item, CHECKPOINT_ORDER)
     if order != cp.order_string:
         raise ValueError(f"checkpointOrder {order!r} does not match checkpoint {seq!r}/{sub}")
-    arrival = _arrival(item)
-    return replace(cp, arrival=arrival) if arrival is not None and cp.is_record else cp
+    arrival = _arrival(item, cp)
+    return replace(cp, arrival=arrival) if arrival is not None else cp
 
 
-def _arrival(item: Mapping[str, Any]) -> datetime | None:
-    """``checkpointArrival``, or None if absent or unreadable: it only says which time span a
-    later data loss lost, so a bad one must not make the lease unusable."""
+def _arrival(item: Mapping[str, Any], cp: Checkpoint) -> datetime | None:
+    """``checkpointArrival`` if it is ``cp``'s, else None (absent, unreadable, or left by a
+    writer that moved the checkpoint without knowing the attribute): it only says which time
+    span a later data loss lost, so a bad one must not make the lease unusable."""
     raw = item.get(CHECKPOINT_ARRIVAL)
-    text = raw.get("S") if isinstance(raw, dict) else None
+    fields = raw.get("M") if isinstance(raw, dict) else None
+    if not cp.is_record or not isinstance(fields, dict):
+        return None
+    of, at = fields.get("of"), fields.get("at")
+    if not isinstance(of, dict) or of.get("S") != f"{cp.sequence_number}/{cp.sub_sequence_number}":
+        return None
+    text = at.get("S") if isinstance(at, dict) else None
     try:
         arrival = datetime.fromisoformat(text) if isinstance(text, str) else None
     except ValueError:
@@ -411,9 +421,9 @@ def session_from_item(item: Mapping[str, Any]) -> SessionRow:
         raise CorruptLeaseError(str(key), str(exc)) from None
 
 
-def checkpoint_attributes(cp: Checkpoint) -> dict[str, dict[str, str]]:
+def checkpoint_attributes(cp: Checkpoint) -> dict[str, dict[str, Any]]:
     """The DynamoDB attribute values of a checkpoint (``checkpointTimestamp`` only if set)."""
-    out = {
+    out: dict[str, dict[str, Any]] = {
         CHECKPOINT: {"S": cp.sequence_number},
         SUB_SEQUENCE: {"N": str(cp.sub_sequence_number)},
         CHECKPOINT_ORDER: {"S": cp.order_string},
@@ -421,7 +431,8 @@ def checkpoint_attributes(cp: Checkpoint) -> dict[str, dict[str, str]]:
     if cp.timestamp is not None:
         out[CHECKPOINT_TS] = {"S": cp.timestamp.isoformat()}
     if cp.arrival is not None:
-        out[CHECKPOINT_ARRIVAL] = {"S": cp.arrival.isoformat()}
+        out[CHECKPOINT_ARRIVAL] = {"M": {"at": {"S": cp.arrival.isoformat()},
+                                         "of": {"S": f"{cp.sequence_number}/{cp.sub_sequence_number}"}}}
     return out
 
 

@@ -58,7 +58,8 @@ def test_a_checkpoint_change_resets_the_owner_switches_clears_the_pending_one_an
     assert remove == [m.PENDING_CHECKPOINT, m.PENDING_SUB_SEQUENCE, m.CHECKPOINT_TS, m.CHECKPOINT_ARRIVAL]
     arrived = datetime(2026, 11, 28, tzinfo=UTC)
     attrs, remove = checkpoint_change(HELD, Checkpoint("200", arrival=arrived))  # a record's, with its arrival
-    assert attrs[m.CHECKPOINT_ARRIVAL] == {"S": arrived.isoformat()} and m.CHECKPOINT_ARRIVAL not in remove
+    assert attrs[m.CHECKPOINT_ARRIVAL] == {"M": {"at": {"S": arrived.isoformat()}, "of": {"S": "200/0"}}}
+    assert m.CHECKPOINT_ARRIVAL not in remove
     with pytest.raises(InvalidCheckpointError, match="only a record position carries an arrival time"):
         Checkpoint("SHARD_END", arrival=arrived)
     attrs, _ = checkpoint_change(HELD, SHARD_END)
@@ -108,8 +109,12 @@ def test_attributes_equal_leaves_out_unknown_values() -> None:
 def test_a_checkpoints_arrival_is_read_back_and_an_unreadable_one_is_only_unknown() -> None:
     arrived = datetime(2026, 11, 28, 1, 2, 3, 456000, tzinfo=UTC)
     item = m.lease_to_item(Lease("app/s/k", "a", 3, Checkpoint("200", arrival=arrived)))
-    assert item[m.CHECKPOINT_ARRIVAL] == {"S": arrived.isoformat()}
     assert m.lease_from_item(item).checkpoint.arrival == arrived
-    for bad in ({"S": "yesterday"}, {"S": "2026-11-28T01:02:03"}, {"N": "5"}):  # garbage, naive, wrong type
+    moved = {**item, **m.checkpoint_attributes(Checkpoint("300"))}  # by a writer that does not know it
+    assert moved[m.CHECKPOINT_ARRIVAL] == item[m.CHECKPOINT_ARRIVAL]  # left behind...
+    assert m.lease_from_item(moved).checkpoint.arrival is None  # ...but not 300's arrival
+    of = {"of": {"S": "200/0"}}
+    for bad in ({"M": {**of, "at": {"S": "yesterday"}}}, {"M": {**of, "at": {"S": "2026-11-28T01:02:03"}}},
+                {"S": arrived.isoformat()}, {"M": {"at": {"S": arrived.isoformat()}}}, {"N": "5"}):
         lease = m.lease_from_item({**item, m.CHECKPOINT_ARRIVAL: bad})  # not a corrupt row: the lease is usable
         assert lease.checkpoint == Checkpoint("200") and lease.checkpoint.arrival is None
