@@ -51,8 +51,11 @@ class _Unrecognised(Exception):
 
 
 def install(client: Any) -> None:
-    """Parse ``client``'s GetRecords responses with :func:`parse_get_records` (idempotent)."""
-    client.meta.events.register("before-parse.kinesis.GetRecords", _before_parse, unique_id=HANDLER_ID)
+    """Parse ``client``'s GetRecords responses with :func:`parse_get_records` (idempotent). A
+    client without botocore's event system (a test double, a wrapper) is left as it is."""
+    events = getattr(getattr(client, "meta", None), "events", None)
+    if events is not None:
+        events.register("before-parse.kinesis.GetRecords", _before_parse, unique_id=HANDLER_ID)
 
 
 def _before_parse(response_dict: dict[str, Any], customized_response_dict: dict[str, Any], **_: Any) -> None:
