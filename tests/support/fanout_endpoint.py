@@ -20,7 +20,8 @@ request to moto unchanged, so a real boto3 client pointed at ``endpoint_url`` se
 Test controls: :meth:`fail` answers the next calls of an operation with an AWS error (e.g.
 ``LimitExceededException`` for RegisterStreamConsumer, ``AccessDeniedException``);
 :meth:`report_creating` makes Register/DescribeStreamConsumer say CREATING a few times; ``subscribes``
-records every SubscribeToShard call. The continuation is moto's iterator position (the last
+records every SubscribeToShard call; :meth:`silence` makes every live subscription send
+nothing more while its connection stays open (a subscription lost without an error). The continuation is moto's iterator position (the last
 sequence number read), taken from the iterator moto returns: this module knows moto's
 iterator format (``moto.kinesis.utils``).
 """
@@ -89,6 +90,7 @@ class FanOutEndpoint:
         self.events_sent = 0
         self._faults: dict[str, deque[tuple[str, int]]] = {}
         self._creating = 0
+        self._silenced_before = -1.0  # subscriptions started before this send nothing more
         self._live: dict[tuple[str, str], Subscription] = {}
         self._lock = threading.Lock()
         self._closing = threading.Event()
@@ -131,6 +133,12 @@ class FanOutEndpoint:
         (moto registers consumers ACTIVE at once; AWS takes seconds)."""
         with self._lock:
             self._creating = times
+
+    def silence(self) -> None:
+        """Every subscription live now sends no event from now on (its connection stays open,
+        as one lost without an error would); later subscriptions are served as usual."""
+        with self._lock:
+            self._silenced_before = time.monotonic()
 
     def live_subscriptions(self) -> int:
         with self._lock:
@@ -280,6 +288,9 @@ class FanOutEndpoint:
         while time.monotonic() < deadline and not self._closing.is_set():
             if _client_closed(handler):  # like an HTTP/2 stream reset: the subscription ends now
                 return
+            if subscription.started <= self._silenced_before:
+                pause.wait(self.poll_interval)  # lost: nothing more, the connection left open
+                continue
             if subscription.superseded.is_set():
                 send(eventstream.exception(
                     "ResourceInUseException", "a newer SubscribeToShard call took over this subscription"))

@@ -62,6 +62,9 @@ class ReadResult:
     """True when the stop event interrupted the read; ``records`` is then empty."""
     lost: DataGap | None = None
     """Set when the read found its resume position trimmed (:class:`DataGap`)."""
+    fresh: bool = True
+    """False when nothing was read (a fan-out wait without an event): ``millis_behind_latest``
+    is then the last read's, not news."""
 
 
 @dataclass(frozen=True)
@@ -217,7 +220,7 @@ class BatchCursor:
 
     def empty(self, *, stopped: bool = False) -> ReadResult:
         gap, self._gap = (None, self._gap) if stopped else (self._gap, None)
-        return ReadResult([], self.millis_behind, False, 0.0, stopped=stopped, lost=gap)
+        return ReadResult([], self.millis_behind, False, 0.0, stopped=stopped, lost=gap, fresh=False)
 
 
 class ShardReader:

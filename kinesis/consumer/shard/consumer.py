@@ -122,6 +122,7 @@ class RetryingConsumer(Protocol):
     state: str
     failure: FailureState
     call_started: float | None
+    advanced_at: float
 
     @property
     def spec(self) -> StreamConfig: ...
@@ -170,6 +171,7 @@ def deliver(
             try:
                 processor.process_records(records, checkpointer, millis_behind_latest=lag)
             finally:
+                consumer.advanced_at = time.monotonic()  # first: the call's time is not the reader's
                 consumer.call_started = None
         except LeaseLostError:
             raise
@@ -372,8 +374,12 @@ class ShardConsumer:
         self.advanced_at = time.monotonic()
         """When its reads last advanced (records, or a read that found nothing waiting) or it
         last went back to reading (after a processor call, a pause): see :meth:`reader_stalled_for`."""
+        self.read_done_at = self.advanced_at
+        """When the last read returned (a failed one does not count)."""
         self._reader: BatchReader | None = None
         self._restart_reader = False  # set by the watchdog: the loop starts a new reader
+        self._last_lag: int | None = None  # MillisBehindLatest of the last fresh read
+        self._gaps_reported: set[tuple[str, int]] = set()  # a restarted reader finds the same loss again
         self.checkpointer: LeaseCheckpointer | None = None
         self.failure = FailureState()
         self.stopped = threading.Event()
@@ -490,7 +496,7 @@ class ShardConsumer:
             self.spec.stream, self.shard_id, start.last, start.initial, pending_checkpoint=start.pending
         ))
         self._reader = self.pool.make_reader(self.spec, self.shard_id, checkpoint, self._wake)
-        self.advanced_at = time.monotonic()
+        self.advanced_at = self.read_done_at = time.monotonic()
         self.state = "processing"
         try:
             ended = self._loop(checkpoint, processor, checkpointer)
@@ -538,7 +544,7 @@ class ShardConsumer:
                 continue
             try:
                 batch = reader.read_batch()
-                read_at = time.monotonic()  # when millis_behind_latest was true
+                read_at = self.read_done_at = time.monotonic()  # when millis_behind_latest was true
             except READ_ERRORS as exc:
                 # keep the lease and read again from the same position, backing off (read_failures)
                 self.pool.count("read_errors")
@@ -550,19 +556,20 @@ class ShardConsumer:
                     log.warning("%s: read failed again (attempt %d, retrying in %.1f s): %s",
                                 self.key, failed.attempt, failed.delay, type(exc).__name__)
                 self._wake.wait(failed.delay)
+                self.advanced_at = time.monotonic()  # failing reads are retried and logged, not stalled
                 continue
             resumed = failures.resumed()
             if resumed:
                 log.info("%s: reads resumed after %d failed attempts", self.key, resumed)
-            if batch.stopped and self._restart_reader and self.reason is None:
-                continue  # closed by the watchdog: a new reader goes on from the last record delivered
             if batch.stopped or self.reason is not None:
                 break  # records read but not delivered are read again by the next owner
-            if not coordinator.holds(self.key) and not self.wait_to_retry(0):
-                # the lease lapsed while reading (the process was paused, or renewals are
-                # late): deliver only once it is renewed; if it is lost, the next owner
-                # reads the batch again
-                break
+            if not coordinator.holds(self.key):
+                if not self.wait_to_retry(0):
+                    # the lease lapsed while reading (the process was paused, or renewals are
+                    # late): deliver only once it is renewed; if it is lost, the next owner
+                    # reads the batch again
+                    break
+                self.advanced_at = time.monotonic()
             self.millis_behind_latest = batch.millis_behind_latest
             if batch.lost is not None and not self._data_lost(batch.lost):
                 break  # on_data_loss="stop_shard": held until stopped; nothing was delivered
@@ -575,8 +582,11 @@ class ShardConsumer:
                 self.records_processed += len(batch.records)
                 self.batches += 1
                 self.pool.count_records(self.spec, len(batch.records))
-            if batch.records or batch.millis_behind_latest == 0:
-                self.advanced_at = time.monotonic()  # after the processor call: its time is not the reader's
+            if batch.fresh:
+                lag, self._last_lag = self._last_lag, batch.millis_behind_latest
+                if batch.records or batch.millis_behind_latest == 0 or (
+                        lag is not None and batch.millis_behind_latest is not None and batch.millis_behind_latest < lag):
+                    self.advanced_at = time.monotonic()  # records, caught up, or nearer the tip (a sparse shard)
             self.lag.observe(read_at, batch.millis_behind_latest, len(batch.records))
             if batch.shard_ended:
                 if finish_shard(self.key, processor, checkpointer):
@@ -591,19 +601,21 @@ class ShardConsumer:
         return False
 
     def reader_stalled_for(self, now: float) -> float | None:
-        """Seconds this shard's reads have not advanced while it was reading: no record and no
-        read that found the shard caught up (``MillisBehindLatest`` 0), though data waits or
-        the reader does not answer (a stuck iterator, a lost fan-out subscription, a read that
-        hangs). None while it is not reading (a processor call, a pause, a stop, a shard held
-        after a data loss): those are not the reader's time."""
+        """Seconds from this shard's last advance to its last read that returned: reads
+        returned with no record and none found the shard caught up (``MillisBehindLatest`` 0)
+        or nearer the tip than the read before (a sparse shard's empty reads move on through
+        time): a stuck iterator, a lost fan-out subscription (its waits without events are
+        not reads, so they are no advance). Judged on returned reads only: a read in progress
+        or one that failed (retried with backoff, logged) adds nothing, nor do lease pauses.
+        None while it is not reading (a processor call, a stop, a shard held after a loss)."""
         if self.state != "processing" or self.call_started is not None or self.reason is not None:
             return None
-        return now - self.advanced_at
+        return max(0.0, self.read_done_at - self.advanced_at)
 
     def restart_reader(self) -> None:
         """Replace the reader (the watchdog's remedy for a stalled one): the loop closes it and
         reads on from the last record delivered with a new one (a new iterator or
-        subscription). Closing it here too unblocks a read in progress (a fan-out wait)."""
+        subscription). Closing it here too ends a fan-out subscription at once."""
         self._restart_reader = True
         reader = self._reader
         if reader is not None:
@@ -618,12 +630,25 @@ class ShardConsumer:
         log.warning("%s: reader restarted after %s (a new iterator or subscription)", self.key,
                     getattr(position, "sequence_number", position))
         self._reader = self.pool.make_reader(self.spec, self.shard_id, position, self._wake)
-        self.advanced_at = time.monotonic()
+        self.advanced_at = self.read_done_at = time.monotonic()
         return self._reader
 
     def _data_lost(self, gap: DataGap) -> bool:
-        """Report a trimmed resume position (ERROR, counted); False to stop the shard here
+        """Report a trimmed resume position (ERROR, counted, once per position: a restarted
+        reader finds the same loss again); False to stop the shard here
         (``on_data_loss="stop_shard"``: hold the lease and process nothing until stopped)."""
+        stop = self.pool.config.on_data_loss == "stop_shard"
+        seen = (gap.after.sequence_number, gap.after.sub_sequence_number)
+        if seen not in self._gaps_reported:
+            self._gaps_reported.add(seen)
+            self._report_loss(gap, stop)
+        if not stop:
+            return True
+        self.state = "data-loss"
+        self._wake.wait()  # a stop (hand-off, loss of the lease, worker stop) ends the wait
+        return False
+
+    def _report_loss(self, gap: DataGap, stop: bool) -> None:
         self.pool.count("data_loss_events")
         span = gap.lost_seconds
         if span is not None:
@@ -631,7 +656,6 @@ class ShardConsumer:
         arrived = f", arrived {gap.first_arrival.isoformat()}" if gap.first_arrival is not None else ""
         lost = (f"records that arrived over {span:.1f} s after {gap.after.arrival.isoformat()}"
                 if span is not None and gap.after.arrival is not None else "the records")
-        stop = self.pool.config.on_data_loss == "stop_shard"
         what = (f"GetShardIterator refused to start at it ({gap.refused}): it was trimmed, or is not of this "
                 "shard" if gap.refused is not None else
                 "the stream's retention period trimmed it before it was read on; the oldest record still there "
@@ -641,11 +665,6 @@ class ShardConsumer:
                   gap.after.sequence_number, gap.after.sub_sequence_number, what, lost, self.pool.config.on_data_loss,
                   "holding the lease and processing nothing until an operator acts" if stop
                   else "going on from the oldest record still there")
-        if not stop:
-            return True
-        self.state = "data-loss"
-        self._wake.wait()  # a stop (hand-off, loss of the lease, worker stop) ends the wait
-        return False
 
     def wait_to_retry(self, delay: float) -> bool:
         """Wait ``delay`` (woken by a stop); then until the lease is valid. False if stopped."""

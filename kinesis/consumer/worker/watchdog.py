@@ -13,9 +13,10 @@ lease expires and another member takes it from its last checkpoint). With the de
 ``"wait"`` the Worker only reports and keeps waiting (the call may yet return).
 
 A shard whose *reads* stopped advancing for ``processor_timeout`` while it was reading (no
-record and no read that found it caught up: a stuck iterator, a lost fan-out subscription, a
-read that hangs) is reported the same way, once per stall, and its reader is restarted: a
-new iterator or subscription from the last record delivered. Unlike a processor call, a
+record, no fresh read that found it caught up or nearer the tip: a stuck iterator, a lost
+fan-out subscription) is reported the same way, once per stall, and its reader is restarted:
+a new iterator or subscription from the last record delivered. Failing reads (retried with
+backoff and logged), processor calls and lease pauses do not count as a stall. Unlike a processor call, a
 reader can be replaced from outside, so this needs no pod restart.
 """
 
@@ -39,6 +40,9 @@ class Watched(Protocol):
     call_started: float | None
     """When its processor call in progress began (monotonic), None between calls."""
     thread: threading.Thread
+
+    advanced_at: float
+    """When its reads last advanced (identifies a stall: reported and restarted once)."""
 
     def reader_stalled_for(self, now: float) -> float | None:
         """Seconds its reads have not advanced while reading (None: not reading now)."""
@@ -104,7 +108,7 @@ class Watchdog:
             stalled = consumer.reader_stalled_for(now)
             if stalled is None or stalled < self.timeout:
                 continue
-            stall = (consumer.key, round(now - stalled, 6))
+            stall = (consumer.key, consumer.advanced_at)
             current.add(stall)
             if stall in self._restarted:
                 continue  # asked already (a read that will not return): a new reader has a new clock

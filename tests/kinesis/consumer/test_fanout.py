@@ -485,3 +485,27 @@ def test_a_refused_resume_position_is_a_data_gap_then_the_trim_horizon_for_the_w
     reader.close()
     assert [r.sequence_number for r in got] == [seq for _, seq in written]  # nothing still there skipped
     assert len(lost) == 1 and lost[0].after == checkpoint and lost[0].refused is not None
+
+
+def test_a_subscription_lost_without_an_error_is_restarted_by_the_watchdog(aws: LocalAWS) -> None:
+    # a caught-up shard's subscription goes silent with its connection open: the reader's
+    # waits without events are no reads (their lag is the last event's), so the watchdog
+    # sees no progress for processor_timeout and subscribes again from the last record
+    with fanout_endpoint(aws.endpoint_url, takeover_guard=1.0, heartbeat=0.1) as ep:
+        kinesis = kinesis_via(ep)
+        kinesis.create_stream(StreamName="orders", ShardCount=1)
+        first = put_records(kinesis, "orders", 5, prefix="a")
+        journal = Journal()
+        worker = fanout_worker(aws, ep, journal, "w1", processor_timeout=1.5).start()
+        try:
+            assert journal.wait_for(lambda _: set(first) <= journal.processed(), 30)
+            assert eventually(lambda: worker.status().shards[0].millis_behind_latest == 0, 30)
+            subscribed = len(ep.calls("subscribed"))
+            ep.silence()
+            later = put_records(kinesis, "orders", 5, prefix="b")
+            assert journal.wait_for(lambda _: set(later) <= journal.processed(), 30), worker.status()
+            assert worker.status().worker_counters["reader_restarts"] >= 1
+            assert len(ep.calls("subscribed")) > subscribed
+            assert journal.duplicates() == 0 and len(journal.records()) == 10
+        finally:
+            worker.stop()

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import logging
 import threading
+import time
 import urllib.error
 import urllib.request
 from dataclasses import dataclass, field
@@ -13,6 +14,7 @@ from typing import Any
 
 import pytest
 from botocore.awsrequest import AWSResponse
+from botocore.config import Config
 from prometheus_client.parser import text_string_to_metric_families
 
 from kinesis import StreamConfig, Worker, WorkerConfig
@@ -171,6 +173,9 @@ class StuckIterators:
         self.on = False
         self.answered = 0
         self.reads = 0  # GetRecords calls, answered here or not
+        self.lag = 5000  # MillisBehindLatest of the answers
+        self.step = 0  # added to it after each answer (negative: a sparse shard walked towards the tip)
+        self.throttle = False  # answer ProvisionedThroughputExceededException instead
         client.meta.events.register("before-send.kinesis", self._before_send)
 
     def _before_send(self, request: Any, **_: Any) -> AWSResponse | None:
@@ -182,9 +187,13 @@ class StuckIterators:
         if not self.on or operation != "GetRecords":
             return None
         self.answered += 1
-        iterator = json.loads(request.body)["ShardIterator"]
-        body = json.dumps({"Records": [], "NextShardIterator": iterator, "MillisBehindLatest": 5000}).encode()
         headers = {"Content-Type": "application/x-amz-json-1.1", "x-amzn-RequestId": "stuck"}
+        if self.throttle:
+            error = {"__type": "ProvisionedThroughputExceededException", "message": "Rate exceeded for shard"}
+            return AWSResponse(request.url, 400, headers, _Body(json.dumps(error).encode()))
+        iterator = json.loads(request.body)["ShardIterator"]
+        body = json.dumps({"Records": [], "NextShardIterator": iterator, "MillisBehindLatest": self.lag}).encode()
+        self.lag = max(1, self.lag + self.step)
         return AWSResponse(request.url, 200, headers, _Body(body))
 
 
@@ -259,4 +268,34 @@ def test_an_idle_shard_or_a_long_processor_call_is_not_a_stalled_reader(aws: Loc
         assert worker.status().worker_counters.get("reader_restarts", 0) == 0
     finally:
         release.set()
+        worker.stop()
+
+
+@pytest.mark.parametrize("how", ["a sparse shard's empty reads nearer the tip", "throttled reads"])
+def test_reads_that_move_on_without_records_or_keep_failing_are_not_a_stall(aws: LocalAWS, how: str) -> None:
+    kinesis = aws.client("kinesis")
+    kinesis.create_stream(StreamName="sparse", ShardCount=1)
+    first = put_records(kinesis, "sparse", 3)
+    client = aws.client("kinesis", config=Config(retries={"total_max_attempts": 1}))
+    answers = StuckIterators(client)
+    journal = Journal()
+    config = WorkerConfig("sparse-leases", [StreamConfig("sparse", "app", "TRIM_HORIZON")], worker_id="w1",
+                          lease_duration=10.0, tick_interval=2.0 / 3, idle_backoff=0.1, processor_timeout=1.0)
+    worker = Worker(config, lambda: JournalProcessor(journal, "w1"), kinesis_client=client,
+                    dynamodb_client=aws.client("dynamodb"))
+    worker.start()
+    try:
+        assert journal.wait_for(lambda _: set(first) <= journal.processed(), 30)
+        answers.lag, answers.step = 10_000_000, -1_000  # each empty read a second of stream nearer
+        answers.throttle = how == "throttled reads"
+        answers.on = True
+        started, window_ends = answers.answered, time.monotonic() + 3 * config.processor_timeout
+        # three processor_timeouts of reads answered without records (or failing, retried), and
+        # reads still being answered so at the end
+        assert eventually(lambda: time.monotonic() >= window_ends and answers.answered > started + 5, 60)
+        answers.on = False
+        later = put_records(kinesis, "sparse", 3, prefix="later")
+        assert journal.wait_for(lambda _: set(later) <= journal.processed(), 30)
+        assert worker.status().worker_counters.get("reader_restarts", 0) == 0, how  # none asked for either
+    finally:
         worker.stop()
