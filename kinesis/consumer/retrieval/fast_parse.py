@@ -13,7 +13,8 @@ touched here), and the ``ResponseMetadata``.
 The result equals botocore's for every body it accepts, member by member (a property test
 holds it to that: ``tests/kinesis/consumer/test_fast_parse.py``): the same keys (a member
 that is absent or ``null`` is left out, as botocore does), the same strings and ints, ``Data``
-decoded by the same ``base64.b64decode``. One difference, on purpose:
+decoded by ``binascii.a2b_base64``, what botocore's ``base64.b64decode`` calls after its own
+argument checks (the same bytes and the same errors, at half the cost). One difference, on purpose:
 ``ApproximateArrivalTimestamp`` is a UTC datetime (the same instant as botocore's, which is in
 the host's local zone, equal under ``==`` and identical in form on a host set to UTC).
 Anything it does not recognise (a member not in the shape, a value of another type, a body
@@ -22,7 +23,7 @@ that is not JSON) is left to botocore's own parser.
 
 from __future__ import annotations
 
-import base64
+import binascii
 import json
 import logging
 from collections.abc import Callable
@@ -107,7 +108,7 @@ def _copy(src: dict[str, Any], dst: dict[str, Any], name: str, kind: type) -> No
     dst[name] = value
 
 
-_b64decode: Callable[[str], bytes] = base64.b64decode
+_b64decode: Callable[[str], bytes] = binascii.a2b_base64
 
 
 def _record(raw: Any) -> dict[str, Any]:
