@@ -1,0 +1,100 @@
+"""CPU per record of a whole consumer: our Worker, kcl-rs (AWS KCL's Rust port) and a plain
+boto3 GetRecords loop, each reading the same pre-filled stream from TRIM_HORIZON.
+
+One moto server in its own process (:mod:`benchmarks.moto_process`), a 4-shard stream filled
+with ``--records`` records of ``--size`` bytes; each consumer runs in its own process
+(:mod:`benchmarks.cpu_consumer`; kcl-rs with the Python of its venv, built by
+``python -m benchmarks.peers.envs``), one after the other, ``--rounds`` times alternating,
+best run kept. Figures: CPU per record overall and after the first quarter (steady state),
+the start-up CPU before the first record, and each as a ratio to kcl-rs and to the boto3
+loop measured in the same run (the server's CPU is not counted: it is another process).
+
+Writes benchmarks/results/consumer_cpu.json.
+
+    .venv/bin/python benchmarks/bench_consumer_cpu.py [--records 100000] [--size 1024] [--rounds 1]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from benchmarks.moto_process import MotoProcess  # noqa: E402
+from benchmarks.peers.envs import python_of  # noqa: E402
+from benchmarks.report import write_json  # noqa: E402
+
+RESULTS = Path(__file__).resolve().parent / "results"
+CONSUMERS = ("ours", "kcl-rs", "boto3")
+
+
+def fill(aws: MotoProcess, stream: str, records: int, size: int) -> None:
+    kinesis = aws.client("kinesis")
+    kinesis.create_stream(StreamName=stream, ShardCount=4)
+    payload = os.urandom(size)
+    for start in range(0, records, 500):
+        kinesis.put_records(StreamName=stream, Records=[
+            {"Data": payload, "PartitionKey": f"pk-{i}"} for i in range(start, min(records, start + 500))])
+
+
+def run(consumer: str, endpoint: str, stream: str, records: int) -> dict[str, Any]:
+    python = str(python_of("kcl-rs")) if consumer == "kcl-rs" else sys.executable
+    done = subprocess.run([python, str(ROOT / "benchmarks" / "cpu_consumer.py"), consumer, "--endpoint", endpoint,
+                           "--stream", stream, "--records", str(records)],
+                          capture_output=True, text=True, timeout=900, check=False,
+                          env={**os.environ, "AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
+                               "AWS_DEFAULT_REGION": "us-east-1", "AWS_EC2_METADATA_DISABLED": "true"})
+    lines = [line for line in done.stdout.splitlines() if line.startswith("{")]
+    if done.returncode != 0 or not lines:
+        raise RuntimeError(f"{consumer} failed ({done.returncode}): {done.stdout[-500:]} {done.stderr[-1500:]}")
+    result: dict[str, Any] = json.loads(lines[-1])
+    return result
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--records", type=int, default=100_000)
+    parser.add_argument("--size", type=int, default=1024)
+    parser.add_argument("--rounds", type=int, default=1)
+    parser.add_argument("--only", default=",".join(CONSUMERS), help="comma-separated consumers")
+    parser.add_argument("--out", type=Path, default=RESULTS / "consumer_cpu.json")
+    args = parser.parse_args(argv)
+    consumers = [c for c in args.only.split(",") if c]
+    best: dict[str, dict[str, Any]] = {}
+    with MotoProcess() as aws:
+        fill(aws, "cpu", args.records, args.size)
+        for _ in range(args.rounds):
+            for consumer in consumers:  # alternating, so a noisy moment hurts each alike
+                result = run(consumer, aws.endpoint_url, "cpu", args.records)
+                if consumer not in best or result["us_per_record"] < best[consumer]["us_per_record"]:
+                    best[consumer] = result
+    for baseline in ("kcl-rs", "boto3"):
+        if baseline in best:
+            for result in best.values():
+                result[f"vs_{baseline}"] = round(result["us_per_record"] / best[baseline]["us_per_record"], 2)
+                result[f"steady_vs_{baseline}"] = round(result["steady_us"] / best[baseline]["steady_us"], 2)
+    table = Table(title=f"CPU per record, {args.records:,} records of {args.size} B from 4 shards (best of "
+                        f"{args.rounds})")
+    for column in ("consumer", "us/record", "steady us/record", "start-up CPU s", "vs kcl-rs", "vs boto3 loop"):
+        table.add_column(column)
+    for name, r in best.items():
+        table.add_row(name, f"{r['us_per_record']:.1f}", f"{r['steady_us']:.1f}", f"{r['startup_cpu_s']:.2f}",
+                      str(r.get("vs_kcl-rs", "")), str(r.get("vs_boto3", "")))
+    Console().print(table)
+    write_json(args.out, {"records": args.records, "size": args.size, "rounds": args.rounds, "consumers": best})
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,158 @@
+"""One consumer process of ``bench_consumer_cpu.py``: reads every record of a stream from
+TRIM_HORIZON, touching each payload, and prints its CPU figures as one JSON line.
+
+    python benchmarks/cpu_consumer.py ours|boto3|kcl-rs --endpoint URL --stream S --records N
+
+``ours``: a :class:`kinesis.Worker` (its defaults, polling), checkpointing every batch.
+``boto3``: a plain GetShardIterator/GetRecords loop per shard (one thread each), no leases, no
+checkpoints. ``kcl-rs``: the Rust port of AWS's KCL (run with its own venv's Python),
+checkpointing every batch. CPU is this process's (``resource.getrusage``: every thread, the
+Rust ones too); ``startup_cpu_s`` is the CPU spent before the first record reached the
+processor, ``steady_us`` the CPU per record after the first quarter of the records.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import resource
+import sys
+import threading
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+
+def cpu() -> float:
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+
+class Tally:
+    """Counts records (thread-safe) and notes the CPU at the first record and at a quarter."""
+
+    def __init__(self, total: int):
+        self.total, self.n, self.touched = total, 0, 0
+        self.first_cpu: float | None = None
+        self.quarter: tuple[float, int] | None = None
+        self.done_cpu: float | None = None
+        self.done = threading.Event()
+        self._lock = threading.Lock()
+
+    def add(self, payloads: list[bytes]) -> None:
+        touched = sum(len(p) for p in payloads)  # every payload is read
+        with self._lock:
+            if self.first_cpu is None and payloads:
+                self.first_cpu = cpu()
+            self.n += len(payloads)
+            self.touched += touched
+            if self.quarter is None and self.n >= self.total // 4:
+                self.quarter = (cpu(), self.n)
+            if self.n >= self.total and self.done_cpu is None:
+                self.done_cpu = cpu()  # the reading is done: its stop is not counted
+                self.done.set()
+
+
+def run_ours(args: argparse.Namespace, tally: Tally) -> None:
+    from kinesis import RecordProcessor, StreamConfig, Worker, WorkerConfig
+    from kinesis.testing import client_for
+
+    class Touch(RecordProcessor):
+        def process_records(self, records: Any, checkpointer: Any, millis_behind_latest: int | None = None) -> None:
+            tally.add([r.data for r in records])
+            checkpointer.checkpoint()
+
+    config = WorkerConfig(f"cpu-{uuid.uuid4().hex[:8]}", [StreamConfig(args.stream, "cpu", "TRIM_HORIZON")],
+                          worker_id="ours")
+    worker = Worker(config, Touch, kinesis_client=client_for("kinesis", args.endpoint),
+                    dynamodb_client=client_for("dynamodb", args.endpoint)).start()
+    tally.done.wait(args.timeout)
+    worker.stop()
+
+
+def run_boto3(args: argparse.Namespace, tally: Tally) -> None:
+    import boto3
+
+    def client() -> Any:
+        return boto3.client("kinesis", endpoint_url=args.endpoint, region_name="us-east-1",
+                            aws_access_key_id="testing", aws_secret_access_key="testing")
+
+    shards = [s["ShardId"] for s in client().list_shards(StreamName=args.stream)["Shards"]]
+
+    def read(shard: str) -> None:
+        kinesis = client()
+        it = kinesis.get_shard_iterator(StreamName=args.stream, ShardId=shard,
+                                        ShardIteratorType="TRIM_HORIZON")["ShardIterator"]
+        while it and not tally.done.is_set():
+            response = kinesis.get_records(ShardIterator=it, Limit=10000)
+            tally.add([r["Data"] for r in response["Records"]])
+            it = response.get("NextShardIterator")
+            if not response["Records"] and response.get("MillisBehindLatest", 0) == 0:
+                tally.done.wait(0.2)  # at the tip: poll again shortly (the others may still read)
+
+    threads = [threading.Thread(target=read, args=(s,), daemon=True) for s in shards]
+    for t in threads:
+        t.start()
+    tally.done.wait(args.timeout)
+
+
+def run_kcl_rs(args: argparse.Namespace, tally: Tally) -> None:
+    from kcl_rs import RecordProcessorBase, Scheduler
+
+    class Touch(RecordProcessorBase):
+        def initialize(self, i: Any) -> None:
+            pass
+
+        def process_records(self, p: Any) -> None:
+            tally.add([r.data for r in p.records])
+            if p.records:
+                p.checkpointer.checkpoint()
+
+        def lease_lost(self, _: Any) -> None:
+            pass
+
+        def shard_ended(self, s: Any) -> None:
+            s.checkpointer.checkpoint()
+
+        def shutdown_requested(self, s: Any) -> None:
+            s.checkpointer.checkpoint()
+
+    scheduler = Scheduler(stream_name=args.stream, application_name=f"cpu-{uuid.uuid4().hex[:8]}",
+                          record_processor_factory=Touch, worker_identifier="kcl-rs", region="us-east-1",
+                          endpoint_url=args.endpoint, initial_position="TRIM_HORIZON", retrieval_mode="POLLING")
+    scheduler.start()
+    tally.done.wait(args.timeout)
+    scheduler.shutdown()
+
+
+def main() -> int:
+    p = argparse.ArgumentParser()
+    p.add_argument("consumer", choices=("ours", "boto3", "kcl-rs"))
+    p.add_argument("--endpoint", required=True)
+    p.add_argument("--stream", required=True)
+    p.add_argument("--records", type=int, required=True)
+    p.add_argument("--timeout", type=float, default=300.0, help="give up after this many seconds")
+    args = p.parse_args()
+    if args.consumer == "ours":  # this repository's package (the peers' venvs run without it)
+        sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    started, wall = cpu(), time.monotonic()
+    tally = Tally(args.records)
+    {"ours": run_ours, "boto3": run_boto3, "kcl-rs": run_kcl_rs}[args.consumer](args, tally)
+    end = tally.done_cpu
+    if end is None or tally.first_cpu is None or tally.quarter is None:
+        print(json.dumps({"error": f"read {tally.n} of {args.records} records"}))
+        return 1
+    quarter_cpu, quarter_n = tally.quarter
+    print(json.dumps({
+        "consumer": args.consumer, "records": tally.n, "bytes": tally.touched,
+        "cpu_s": round(end - started, 3), "wall_s": round(time.monotonic() - wall, 2),
+        "startup_cpu_s": round(tally.first_cpu - started, 3),
+        "us_per_record": round((end - started) / tally.n * 1e6, 2),
+        "steady_us": round((end - quarter_cpu) / max(1, tally.n - quarter_n) * 1e6, 2),
+    }))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
