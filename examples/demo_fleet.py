@@ -396,13 +396,15 @@ def audit(produced: list[Produced], out_dir: Path, killed: Iterable[str] = ()) -
 
 
 def takeovers_and_handoffs(fleet: Fleet) -> tuple[int, int]:
-    """Sum of (takeovers incl. orphans, graceful hand-offs) over every member's last status."""
+    """Sum of (takeovers incl. orphans, graceful hand-offs) over every member's last status. A
+    take answered with an error (a loaded server's timeout) and found applied at the next round
+    counts as ``recovered``, not under its own kind: counted here as a takeover too."""
     takeovers = handoffs = 0
     for name in fleet.members:
         st = fleet.status(name)
         if st is None:
             continue
         c = st.get("lease_counters", {})
-        takeovers += int(c.get("takeovers", 0)) + int(c.get("orphans_taken", 0))
+        takeovers += int(c.get("takeovers", 0)) + int(c.get("orphans_taken", 0)) + int(c.get("recovered", 0))
         handoffs += int(c.get("handoffs", 0))
     return takeovers, handoffs
