@@ -456,14 +456,9 @@ class AmbiguousWritesOf:
         return Fault.ambiguous()
 
 
-def test_a_backup_take_answered_with_an_error_is_read_until_its_outcome_is_known() -> None:
-    # a backup took over a paused holder's key, and that take and each of its recoveries were
-    # applied but answered with a 500. The holder then resumed: the backup stopped reading the
-    # key (its holder runs again), so it never learned the lease in the table was its own, and
-    # nobody else could take it (its owner's session lives on): the key stalled until the
-    # backup happened to read it again (fleetsim seed 9048, fast, session membership, kinds
-    # pause..join: 22 s, 7 lease durations). A take answered with an error is read each round
-    # until a read shows whether it was applied.
+def first_key_written_ambiguously() -> tuple[Fleet, str, str, AmbiguousWritesOf]:
+    """A settled fleet a, b, c (scoped reads, replicas=1) whose writes of a's first key are
+    applied and answered with a 500 from now on; (fleet, that key, its backup, the hook)."""
     memory = MemoryDynamoDB()
     fleet = Fleet(memory_table(memory), KEYS, ["a", "b", "c"], reads="scoped", replicas=1)
     settle(fleet)
@@ -474,6 +469,18 @@ def test_a_backup_take_answered_with_an_error_is_read_until_its_outcome_is_known
     writes = AmbiguousWritesOf(key)
     memory.faults = writes
     writes.on = True
+    return fleet, key, backup, writes
+
+
+def test_a_backup_take_answered_with_an_error_is_read_until_its_outcome_is_known() -> None:
+    # a backup took over a paused holder's key, and that take and each of its recoveries were
+    # applied but answered with a 500. The holder then resumed: the backup stopped reading the
+    # key (its holder runs again), so it never learned the lease in the table was its own, and
+    # nobody else could take it (its owner's session lives on): the key stalled until the
+    # backup happened to read it again (fleetsim seed 9048, fast, session membership, kinds
+    # pause..join: 22 s, 7 lease durations). A take answered with an error is read each round
+    # until a read shows whether it was applied.
+    fleet, key, backup, writes = first_key_written_ambiguously()
     others = [m for m in ("a", "b", "c") if m != "a"]
     for _ in range(ticks(fleet, 2 * fleet.lease_duration) + 1):  # a pauses past its lease
         fleet.round(others)
@@ -493,17 +500,8 @@ def test_a_stopping_member_recovers_its_take_answered_with_an_error_and_hands_it
     # own. A stopping member takes nothing, so the row (its own, under its live session)
     # stalled until its session ended. It recovers such a take while stopping too, and hands
     # the key on as it does every lease it holds.
-    memory = MemoryDynamoDB()
-    fleet = Fleet(memory_table(memory), KEYS, ["a", "b", "c"], reads="scoped", replicas=1)
-    settle(fleet)
-    plan = fleet.coordinators["b"]._reads.last_plan
-    assert plan is not None
-    key = sorted(fleet.coordinators["a"].held_keys())[0]
-    backup = plan.owners[key][1]
+    fleet, key, backup, writes = first_key_written_ambiguously()
     (other,) = {"b", "c"} - {backup}
-    writes = AmbiguousWritesOf(key)
-    memory.faults = writes
-    writes.on = True
     fleet.crash("a")
     rounds_until(fleet, lambda: writes.hits > 0, limit=ticks(fleet, 3 * fleet.lease_duration))
     assert fleet.table_owners()[key] == backup and key not in fleet.coordinators[backup].held_keys()

@@ -249,13 +249,9 @@ def test_stale_reads_of_a_watched_session_row_neither_restart_nor_end_its_timer(
     assert (obs.sessions["a"].since, obs.sessions["a"].token_since) == (gone.since, gone.token_since)
 
 
-def test_stale_reads_repeating_a_live_sessions_last_counter_do_not_make_it_look_stalled() -> None:
-    """Fleetsim seed 3142 (long, session membership, no disturbance): for a lease duration,
-    replicas answered the counter m0 had last seen of m1's session while m1 kept renewing it;
-    m0 took the session for stalled and removed a running member from the member list. A
-    session unchanged for a lease duration is read again, strongly consistent, before it
-    counts as stalled."""
-    table, p = watching_a_session()
+def renew_behind_replicas_repeating_counter_5(table: StaleSessions, p: Any) -> None:
+    """For 3 lease durations a renews its session while every eventually consistent read of it
+    answers counter 5; a must never look stalled."""
     obs = p.reads._obs
     for counter in range(6, 6 + int(3 * TIMING.lease_duration / TIMING.scan_interval)):
         table.sessions["a"] = SessionRow("a", "t1", counter)  # a renews
@@ -264,6 +260,16 @@ def test_stale_reads_repeating_a_live_sessions_last_counter_do_not_make_it_look_
         p.reads.read(full=False)
         assert p.clock() - obs.sessions["a"].since < 1.5 * TIMING.lease_duration + TIMING.scan_interval, \
             "a live session looked stalled"
+
+
+def test_stale_reads_repeating_a_live_sessions_last_counter_do_not_make_it_look_stalled() -> None:
+    """Fleetsim seed 3142 (long, session membership, no disturbance): for a lease duration,
+    replicas answered the counter m0 had last seen of m1's session while m1 kept renewing it;
+    m0 took the session for stalled and removed a running member from the member list. A
+    session unchanged for a lease duration is read again, strongly consistent, before it
+    counts as stalled."""
+    table, p = watching_a_session()
+    renew_behind_replicas_repeating_counter_5(table, p)
     assert table.consistent_gets
 
 
@@ -352,10 +358,4 @@ def test_a_reread_of_a_row_that_was_behind_does_not_use_up_the_stall_confirming_
         p.clock.advance(TIMING.scan_interval)
         p.reads.read(full=False)
     assert table.consistent_gets and (obs.sessions["a"].token, obs.sessions["a"].counter) == ("t1", 5)
-    for counter in range(6, 6 + int(3 * TIMING.lease_duration / TIMING.scan_interval)):
-        table.sessions["a"] = SessionRow("a", "t1", counter)  # a renews
-        table.stale["a"] = [SessionRow("a", "t1", 5)]  # every eventually consistent read: counter 5
-        p.clock.advance(TIMING.scan_interval)
-        p.reads.read(full=False)
-        assert p.clock() - obs.sessions["a"].since < 1.5 * TIMING.lease_duration + TIMING.scan_interval, \
-            "a live session looked stalled"
+    renew_behind_replicas_repeating_counter_5(table, p)
