@@ -101,6 +101,12 @@ def test_what_it_accepts_from_any_body_equals_botocore_and_the_rest_is_left_to_b
     b'{"MillisBehindLatest": 1e400}',
     b'{"Records": [{"PartitionKey": "\\ud800"}]}',  # a lone surrogate: orjson refuses it
     b'not json', b'[]', b'{"MillisBehindLatest": 99999999999999999999999}',
+    # base64 that botocore's lenient decode accepts but AWS never sends: botocore decodes it
+    b'{"Records": [{"SequenceNumber": "1", "ApproximateArrivalTimestamp": 1.5, "Data": "QUJD\\nREVG", '
+    b'"PartitionKey": "k"}]}',
+    b'{"Records": [{"Data": "QU*JD"}]}',  # a character outside the alphabet, discarded by botocore
+    b'{"Records": [{"Data": "QUJD===="}]}',  # excess padding
+    b'{"Records": [{"Data": "-_-_"}]}',  # the URL-safe alphabet
 ])
 def test_unrecognised_bodies_are_left_to_botocore(body: bytes) -> None:
     assert fast_parse.parse_get_records(body) is None
