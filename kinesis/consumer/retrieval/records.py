@@ -30,7 +30,7 @@ from __future__ import annotations
 import hashlib
 import logging
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from datetime import UTC, datetime
 from typing import Any
 
@@ -441,6 +441,30 @@ class Record:
         return Position(self.sequence_number, self.sub_sequence_number, self.approximate_arrival_timestamp)
 
 
+_FIELD_SETTERS = tuple(Record.__dict__[f.name].__set__ for f in fields(Record))
+(_set_stream, _set_shard, _set_seq, _set_sub, _set_pk, _set_data, _set_arrival, _set_ehk,
+ _set_aggregated) = _FIELD_SETTERS
+_new_object = object.__new__
+
+
+def new_record(stream_name: str, shard_id: str, sequence_number: str, sub_sequence_number: int,
+               partition_key: str, data: bytes, arrival: datetime | None, explicit_hash_key: str | None,
+               aggregated: bool) -> Record:
+    """``Record(...)`` without the frozen dataclass's per-field ``object.__setattr__`` lookups
+    (the same object, in under half the time): the per-record constructor of the read path."""
+    record: Record = _new_object(Record)
+    _set_stream(record, stream_name)
+    _set_shard(record, shard_id)
+    _set_seq(record, sequence_number)
+    _set_sub(record, sub_sequence_number)
+    _set_pk(record, partition_key)
+    _set_data(record, data)
+    _set_arrival(record, arrival)
+    _set_ehk(record, explicit_hash_key)
+    _set_aggregated(record, aggregated)
+    return record
+
+
 def records_from_response(
     stream_name: str, shard_id: str, raw_records: Iterable[Mapping[str, Any]]
 ) -> list[Record]:
@@ -462,7 +486,7 @@ def records_from_response(
         if arrival is not None and arrival.tzinfo is not UTC:  # botocore's own parse: local time
             arrival = arrival.astimezone(UTC)
         ehk: str | None = raw.get("ExplicitHashKey")
-        if has_magic(data):
+        if data.startswith(MAGIC) and has_magic(data):
             if digest_matches(data):
                 try:
                     subs = decode_unchecked(data)
@@ -474,7 +498,7 @@ def records_from_response(
                     )
                 else:
                     out += [
-                        Record(stream_name, shard_id, seq, i, sub_pk, sub_data, arrival, sub_ehk, True)
+                        new_record(stream_name, shard_id, seq, i, sub_pk, sub_data, arrival, sub_ehk, True)
                         for i, (sub_pk, sub_data, sub_ehk) in enumerate(subs)
                     ]
                     continue
@@ -484,5 +508,5 @@ def records_from_response(
                     "not match; passing it through as a plain record",
                     seq, shard_id, stream_name,
                 )
-        out.append(Record(stream_name, shard_id, seq, 0, pk, data, arrival, ehk, False))
+        out.append(new_record(stream_name, shard_id, seq, 0, pk, data, arrival, ehk, False))
     return out

@@ -4,9 +4,11 @@ records_from_response (de-aggregation, corrupt aggregates passed through with a 
 from __future__ import annotations
 
 import base64
+import dataclasses
 import hashlib
 import logging
 from datetime import UTC, datetime
+from typing import Any
 
 import pytest
 from aws_kinesis_agg import aggregator as ref_aggregator
@@ -24,6 +26,7 @@ from kinesis.consumer.retrieval.records import (
     UserRecord,
     aggregate,
     deaggregate,
+    new_record,
     partition_key_hash,
     records_from_response,
 )
@@ -230,3 +233,15 @@ def test_magic_without_room_for_a_digest_is_plain_data() -> None:
 def test_deaggregate_rejects_malformed_protobuf(body: bytes, match: str) -> None:
     with pytest.raises(AggregationError, match=match):
         deaggregate(MAGIC + body + hashlib.md5(body).digest())
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.tuples(st.text(max_size=8), st.text(max_size=8), st.integers(0, 10**30).map(str), st.integers(0, 2**20),
+                 st.text(max_size=8), st.binary(max_size=16), st.none() | st.just(ARRIVAL),
+                 st.none() | st.integers(0, 2**128 - 1).map(str), st.booleans()))
+def test_the_fast_constructor_builds_the_record_the_dataclass_builds(values: tuple[Any, ...]) -> None:
+    fast, slow = new_record(*values), Record(*values)
+    assert fast == slow and hash(fast) == hash(slow) and repr(fast) == repr(slow)
+    assert type(fast) is Record and dataclasses.astuple(fast) == values
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        fast.data = b"changed"  # type: ignore[misc]
