@@ -40,14 +40,21 @@ def check_processor_factories(
         )
 
 
+def default_session() -> Any:
+    """A new boto3 session: the standard credential chain and region (``AWS_*`` environment,
+    config files, instance metadata)."""
+    import boto3
+
+    return boto3.session.Session()
+
+
 def build_client(session: Any, service: str, endpoint_url: str | None, region_name: str | None) -> Any:
     """A boto3 client for ``service`` from ``session`` (default: a new boto3 session)."""
-    import boto3
     from botocore.config import Config
     from botocore.exceptions import NoRegionError
 
     if session is None:
-        session = boto3.session.Session()
+        session = default_session()
     kwargs: dict[str, Any] = {"config": Config(max_pool_connections=64)}
     if endpoint_url is not None:
         kwargs["endpoint_url"] = endpoint_url

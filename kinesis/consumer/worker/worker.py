@@ -141,6 +141,8 @@ class Worker:
         worker_setup.check_processor_factories(config, processor_factory, processor_style)
         self.config = config
         build = worker_setup.build_client
+        if session is None and (kinesis_client is None or dynamodb_client is None):
+            session = worker_setup.default_session()  # one for both: a second costs ~0.1 CPU s
         self.kinesis_client = kinesis_client or build(session, "kinesis", endpoint_url, region_name)
         self.dynamodb_client = dynamodb_client or build(session, "dynamodb", endpoint_url, region_name)
         self.clock = clock

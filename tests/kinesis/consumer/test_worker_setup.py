@@ -9,7 +9,7 @@ import pytest
 from botocore.exceptions import NoRegionError
 
 from hashring import StaticMembership
-from kinesis import ConfigurationError, RecordProcessor, StreamConfig, WorkerConfig
+from kinesis import ConfigurationError, RecordProcessor, StreamConfig, Worker, WorkerConfig
 from kinesis.consumer.retrieval.fanout import ConsumerRegistration, deregister_on_stop
 from kinesis.consumer.worker.setup import (
     build_client,
@@ -111,3 +111,17 @@ def test_only_the_consumers_that_ask_for_it_are_deregistered_and_failures_are_re
     failed = deregister_on_stop([kept, removed, failing, polling], registrations)
     assert [(spec.stream, str(exc)) for spec, exc in failed] == [("failing", "AccessDenied")]
     assert [r.deregistered for r in regs.values()] == [0, 1, 1]
+
+
+def test_a_worker_builds_both_of_its_clients_from_one_default_session(monkeypatch: pytest.MonkeyPatch) -> None:
+    sessions: list[Session] = []
+
+    def default_session() -> Session:
+        sessions.append(Session())
+        return sessions[-1]
+
+    monkeypatch.setattr("kinesis.consumer.worker.setup.default_session", default_session)
+    worker = Worker(CONFIG, RecordProcessor, endpoint_url="http://localhost:4566", region_name="eu-west-1")
+    [session] = sessions  # a second session would load botocore's endpoint data again (~0.1 CPU s)
+    assert [service for service, _ in session.asked] == ["kinesis", "dynamodb"]
+    assert (worker.kinesis_client, worker.dynamodb_client) == ("kinesis-client", "dynamodb-client")
