@@ -6,7 +6,8 @@ with ``--records`` records of ``--size`` bytes; each consumer runs in its own pr
 (:mod:`benchmarks.cpu_consumer`; kcl-rs with the Python of its venv, built by
 ``python -m benchmarks.peers.envs``), one after the other, ``--rounds`` times alternating,
 best run kept. Figures: CPU per record overall and after the first quarter (steady state),
-the start-up CPU before the first record, and each as a ratio to kcl-rs and to the boto3
+the start-up CPU before the first record (importing the consumer, building its clients, from its
+start to the first record), and each as a ratio to kcl-rs and to the boto3
 loop measured in the same run (the server's CPU is not counted: it is another process).
 
 Writes benchmarks/results/consumer_cpu.json.
@@ -86,10 +87,12 @@ def main(argv: list[str] | None = None) -> int:
                 result[f"steady_vs_{baseline}"] = round(result["steady_us"] / best[baseline]["steady_us"], 2)
     table = Table(title=f"CPU per record, {args.records:,} records of {args.size} B from 4 shards (best of "
                         f"{args.rounds})")
-    for column in ("consumer", "us/record", "steady us/record", "start-up CPU s", "vs kcl-rs", "vs boto3 loop"):
+    for column in ("consumer", "us/record", "steady us/record", "start-up CPU s", "import / clients / first read",
+                   "vs kcl-rs", "vs boto3 loop"):
         table.add_column(column)
     for name, r in best.items():
-        table.add_row(name, f"{r['us_per_record']:.1f}", f"{r['steady_us']:.1f}", f"{r['startup_cpu_s']:.2f}",
+        parts = " / ".join(f"{v:.2f}" for v in r["startup_parts"].values())
+        table.add_row(name, f"{r['us_per_record']:.1f}", f"{r['steady_us']:.1f}", f"{r['startup_cpu_s']:.2f}", parts,
                       str(r.get("vs_kcl-rs", "")), str(r.get("vs_boto3", "")))
     Console().print(table)
     write_json(args.out, {"records": args.records, "size": args.size, "rounds": args.rounds, "consumers": best})

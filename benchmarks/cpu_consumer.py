@@ -3,17 +3,21 @@ TRIM_HORIZON, touching each payload, and prints its CPU figures as one JSON line
 
     python benchmarks/cpu_consumer.py ours|boto3|kcl-rs --endpoint URL --stream S --records N
 
-``ours``: a :class:`kinesis.Worker` (its defaults, polling), checkpointing every batch.
+``ours``: a :class:`kinesis.Worker` (its defaults, polling, the clients it builds itself from
+the standard credential chain), checkpointing every batch.
 ``boto3``: a plain GetShardIterator/GetRecords loop per shard (one thread each), no leases, no
 checkpoints. ``kcl-rs``: the Rust port of AWS's KCL (run with its own venv's Python),
 checkpointing every batch. CPU is this process's (``resource.getrusage``: every thread, the
 Rust ones too); ``startup_cpu_s`` is the CPU spent before the first record reached the
-processor, ``steady_us`` the CPU per record after the first quarter of the records.
+processor (``startup_parts``: importing the consumer's package, building its clients, and from
+its start to the first record), ``steady_us`` the CPU per record after the first quarter of the
+records.
 """
 
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import resource
 import sys
@@ -39,6 +43,16 @@ class Tally:
         self.done_cpu: float | None = None
         self.done = threading.Event()
         self._lock = threading.Lock()
+        self.marks: list[tuple[str, float]] = [("start", cpu())]
+
+    def mark(self, name: str) -> None:
+        """Notes the CPU at the end of a start-up step (``name``)."""
+        self.marks.append((name, cpu()))
+
+    def startup_parts(self) -> dict[str, float]:
+        """CPU seconds of each start-up step; the last, to the first record."""
+        marks = [*self.marks, ("first record", self.first_cpu or cpu())]
+        return {name: round(t - before, 3) for (_, before), (name, t) in itertools.pairwise(marks)}
 
     def add(self, payloads: list[bytes]) -> None:
         touched = sum(len(p) for p in payloads)  # every payload is read
@@ -56,7 +70,8 @@ class Tally:
 
 def run_ours(args: argparse.Namespace, tally: Tally) -> None:
     from kinesis import RecordProcessor, StreamConfig, Worker, WorkerConfig
-    from kinesis.testing import client_for
+
+    tally.mark("import")
 
     class Touch(RecordProcessor):
         def process_records(self, records: Any, checkpointer: Any, millis_behind_latest: int | None = None) -> None:
@@ -65,8 +80,9 @@ def run_ours(args: argparse.Namespace, tally: Tally) -> None:
 
     config = WorkerConfig(f"cpu-{uuid.uuid4().hex[:8]}", [StreamConfig(args.stream, "cpu", "TRIM_HORIZON")],
                           worker_id="ours")
-    worker = Worker(config, Touch, kinesis_client=client_for("kinesis", args.endpoint),
-                    dynamodb_client=client_for("dynamodb", args.endpoint)).start()
+    worker = Worker(config, Touch, endpoint_url=args.endpoint, region_name="us-east-1")
+    tally.mark("clients")
+    worker.start()
     tally.done.wait(args.timeout)
     worker.stop()
 
@@ -74,11 +90,15 @@ def run_ours(args: argparse.Namespace, tally: Tally) -> None:
 def run_boto3(args: argparse.Namespace, tally: Tally) -> None:
     import boto3
 
+    tally.mark("import")
+
     def client() -> Any:
         return boto3.client("kinesis", endpoint_url=args.endpoint, region_name="us-east-1",
                             aws_access_key_id="testing", aws_secret_access_key="testing")
 
-    shards = [s["ShardId"] for s in client().list_shards(StreamName=args.stream)["Shards"]]
+    listing = client()
+    tally.mark("clients")
+    shards = [s["ShardId"] for s in listing.list_shards(StreamName=args.stream)["Shards"]]
 
     def read(shard: str) -> None:
         kinesis = client()
@@ -99,6 +119,8 @@ def run_boto3(args: argparse.Namespace, tally: Tally) -> None:
 
 def run_kcl_rs(args: argparse.Namespace, tally: Tally) -> None:
     from kcl_rs import RecordProcessorBase, Scheduler
+
+    tally.mark("import")
 
     class Touch(RecordProcessorBase):
         def initialize(self, i: Any) -> None:
@@ -121,6 +143,7 @@ def run_kcl_rs(args: argparse.Namespace, tally: Tally) -> None:
     scheduler = Scheduler(stream_name=args.stream, application_name=f"cpu-{uuid.uuid4().hex[:8]}",
                           record_processor_factory=Touch, worker_identifier="kcl-rs", region="us-east-1",
                           endpoint_url=args.endpoint, initial_position="TRIM_HORIZON", retrieval_mode="POLLING")
+    tally.mark("clients")
     scheduler.start()
     tally.done.wait(args.timeout)
     scheduler.shutdown()
@@ -136,8 +159,9 @@ def main() -> int:
     args = p.parse_args()
     if args.consumer == "ours":  # this repository's package (the peers' venvs run without it)
         sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-    started, wall = cpu(), time.monotonic()
+    wall = time.monotonic()
     tally = Tally(args.records)
+    started = tally.marks[0][1]
     {"ours": run_ours, "boto3": run_boto3, "kcl-rs": run_kcl_rs}[args.consumer](args, tally)
     end = tally.done_cpu
     if end is None or tally.first_cpu is None or tally.quarter is None:
@@ -147,7 +171,7 @@ def main() -> int:
     print(json.dumps({
         "consumer": args.consumer, "records": tally.n, "bytes": tally.touched,
         "cpu_s": round(end - started, 3), "wall_s": round(time.monotonic() - wall, 2),
-        "startup_cpu_s": round(tally.first_cpu - started, 3),
+        "startup_cpu_s": round(tally.first_cpu - started, 3), "startup_parts": tally.startup_parts(),
         "us_per_record": round((end - started) / tally.n * 1e6, 2),
         "steady_us": round((end - quarter_cpu) / max(1, tally.n - quarter_n) * 1e6, 2),
     }))
