@@ -63,6 +63,7 @@ from botocore.exceptions import BotoCoreError, ClientError
 
 from kinesis.aws_errors import error_code
 from kinesis.consumer.discovery.shards import named_client_error
+from kinesis.consumer.retrieval import fast_parse
 from kinesis.consumer.retrieval.failures import call_with_retries, is_retryable
 from kinesis.consumer.retrieval.polling import (
     MAX_GET_RECORDS_LIMIT,
@@ -391,6 +392,7 @@ class FanOutReader:
         check_reader_args(max_records, start)
         for name, value in (("max_block", max_block), ("renew_after", renew_after), ("max_backoff", max_backoff)):
             check_seconds(name, value)
+        fast_parse.install(kinesis_client)  # events handed to botocore a whole message at a time
         self.client = kinesis_client
         self.stream_name = stream_name
         self.shard_id = shard_id
@@ -567,6 +569,7 @@ class FanOutReader:
         self._generation += 1
         self.stats.subscriptions += 1
         self._drop_subscription()  # a renewal: events of the old one still queued are dropped
+        fast_parse.install_on_event_stream(response["EventStream"])
         self._subscription = _Subscription(
             self._generation, response["EventStream"], self._queue, f"fanout-{self.shard_id}-{self._generation}"
         )

@@ -1,4 +1,4 @@
-"""A faster parse of GetRecords responses, installed on a Kinesis client as a botocore hook.
+"""A faster parse of GetRecords responses and SubscribeToShard events, installed on botocore.
 
 botocore turns a GetRecords body into Python objects by walking the response's shape in
 Python, record by record; most of that time is its timestamp parser, which builds every
@@ -8,7 +8,10 @@ handler for GetRecords that parses a 200 response's body itself (``orjson`` when
 else the standard library), checks it against the output shape strictly, and hands botocore
 the result with an empty body to parse, so botocore still does everything else: signing,
 credentials, endpoints, retries and their classifier, timeouts, error responses (never
-touched here), and the ``ResponseMetadata``.
+touched here), and the ``ResponseMetadata``. Enhanced Fan-Out's events are the same records in
+another frame: :func:`install_on_event_stream` wraps the parser of one SubscribeToShard event
+stream so its ``SubscribeToShardEvent`` payloads are parsed the same way (botocore has no hook
+for event-stream messages; exceptions and other messages stay botocore's).
 
 The result equals botocore's for every body it accepts, member by member (a property test
 holds it to that: ``tests/kinesis/consumer/test_fast_parse.py``): the same keys (a member
@@ -46,6 +49,8 @@ HANDLER_ID = "kinesis-hashring-fast-get-records"
 
 _TOP = frozenset({"Records", "NextShardIterator", "MillisBehindLatest", "ChildShards"})
 _RECORD = frozenset({"SequenceNumber", "ApproximateArrivalTimestamp", "Data", "PartitionKey", "EncryptionType"})
+_EVENT = frozenset({"Records", "ContinuationSequenceNumber", "MillisBehindLatest", "ChildShards"})
+_EVENT_TYPE = "SubscribeToShardEvent"
 _CHILD = frozenset({"ShardId", "ParentShards", "HashKeyRange"})
 _RANGE = frozenset({"StartingHashKey", "EndingHashKey"})
 
@@ -55,11 +60,57 @@ class _Unrecognised(Exception):
 
 
 def install(client: Any) -> None:
-    """Parse ``client``'s GetRecords responses with :func:`parse_get_records` (idempotent). A
+    """Parse ``client``'s GetRecords responses with :func:`parse_get_records`, and hand its
+    SubscribeToShard event streams to botocore a whole message at a time (idempotent). A
     client without botocore's event system (a test double, a wrapper) is left as it is."""
     events = getattr(getattr(client, "meta", None), "events", None)
     if events is not None:
         events.register("before-parse.kinesis.GetRecords", _before_parse, unique_id=HANDLER_ID)
+        events.register("before-parse.kinesis.SubscribeToShard", _whole_messages,
+                        unique_id=f"{HANDLER_ID}-whole-messages")
+
+
+_PRELUDE = 12  # an event-stream message: total length (4 bytes), headers length (4), prelude CRC (4)
+_SMALLEST = _PRELUDE + 4  # and a CRC of the whole message
+_LARGEST = 16 + 128 * 1024 + 16 * 1024 * 1024  # botocore refuses larger: its error is raised as before
+
+
+def _whole_messages(response_dict: dict[str, Any], **_: Any) -> None:
+    body = response_dict.get("body")
+    if response_dict.get("status_code") == 200 and callable(getattr(body, "stream", None)):
+        response_dict["body"] = WholeMessages(body)
+
+
+class WholeMessages:
+    """A SubscribeToShard body whose :meth:`stream` yields whole event-stream messages.
+
+    botocore's ``EventStreamBuffer`` appends each piece it is given to an immutable ``bytes``,
+    so a message that arrives in n pieces of 64 KiB costs O(n^2) copying (a 10 MB event: about
+    1.5 GB). Pieces are gathered here in a ``bytearray`` until the message is whole (its length
+    is in its first 4 bytes), then handed over at once; botocore still checks every prelude,
+    header and CRC. Everything else is the wrapped response's."""
+
+    def __init__(self, raw: Any):
+        self.raw = raw
+
+    def stream(self, *args: Any, **kwargs: Any) -> Any:
+        """The wrapped ``stream()``'s bytes, cut at message boundaries."""
+        pending = bytearray()
+        for piece in self.raw.stream(*args, **kwargs):
+            pending += piece
+            while len(pending) >= _PRELUDE:
+                total = int.from_bytes(pending[:4], "big")
+                if not _SMALLEST <= total <= _LARGEST:
+                    total = len(pending)  # a length botocore refuses: hand all over, for its own error
+                elif len(pending) < total:
+                    break
+                yield bytes(pending[:total])
+                del pending[:total]
+        if pending:
+            yield bytes(pending)  # a cut-off message: botocore reports it as it would have
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.raw, name)
 
 
 def _before_parse(response_dict: dict[str, Any], customized_response_dict: dict[str, Any], **_: Any) -> None:
@@ -78,15 +129,25 @@ def _before_parse(response_dict: dict[str, Any], customized_response_dict: dict[
 def parse_get_records(body: bytes) -> dict[str, Any] | None:
     """The members of a GetRecords response ``body`` as botocore parses them (arrival times
     in UTC), or None if the body is not one this parser recognises."""
+    return _parse(body, _TOP, "NextShardIterator")
+
+
+def parse_subscribe_event(body: bytes) -> dict[str, Any] | None:
+    """The members of a ``SubscribeToShardEvent`` payload as botocore parses them (arrival
+    times in UTC), or None if the payload is not one this parser recognises."""
+    return _parse(body, _EVENT, "ContinuationSequenceNumber")
+
+
+def _parse(body: bytes, members: frozenset[str], position: str) -> dict[str, Any] | None:
     try:
         doc = _loads(body)
-        if not isinstance(doc, dict) or not doc.keys() <= _TOP:
+        if not isinstance(doc, dict) or not doc.keys() <= members:
             raise _Unrecognised
         out: dict[str, Any] = {}
         records = doc.get("Records")
         if records is not None:
             out["Records"] = [_record(r) for r in _list(records)]
-        _copy(doc, out, "NextShardIterator", str)
+        _copy(doc, out, position, str)
         _copy(doc, out, "MillisBehindLatest", int)
         children = doc.get("ChildShards")
         if children is not None:
@@ -94,6 +155,36 @@ def parse_get_records(body: bytes) -> dict[str, Any] | None:
         return out
     except (_Unrecognised, ValueError, TypeError, OverflowError, OSError):
         return None
+
+
+class _EventParser:
+    """botocore's parser of one SubscribeToShard event stream, with ``SubscribeToShardEvent``
+    messages parsed by :func:`parse_subscribe_event` (every other message, and any payload it
+    does not recognise, by botocore's parser, which it wraps)."""
+
+    def __init__(self, inner: Any):
+        self.inner = inner
+
+    def parse(self, response: dict[str, Any], shape: Any) -> Any:
+        headers = response.get("headers") or {}
+        body = response.get("body")
+        if (response.get("status_code") == 200 and headers.get(":message-type") == "event"
+                and headers.get(":event-type") == _EVENT_TYPE and isinstance(body, bytes | bytearray) and body
+                and _EVENT_TYPE in (getattr(shape, "members", None) or {})):
+            parsed = parse_subscribe_event(bytes(body))
+            if parsed is not None:
+                return {_EVENT_TYPE: parsed}
+        return self.inner.parse(response, shape)
+
+
+def install_on_event_stream(stream: Any) -> None:
+    r"""Parse the ``SubscribeToShardEvent``\ s of ``stream`` (the ``EventStream`` of a
+    SubscribeToShard response) with :func:`parse_subscribe_event`. botocore has no hook for
+    event-stream messages, so this wraps the stream's parser; a stream without one (another
+    botocore, a test double) is left as it is."""
+    inner = getattr(stream, "_parser", None)
+    if inner is not None and not isinstance(inner, _EventParser) and callable(getattr(inner, "parse", None)):
+        stream._parser = _EventParser(inner)
 
 
 def _list(value: Any) -> list[Any]:

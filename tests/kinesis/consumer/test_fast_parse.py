@@ -1,24 +1,29 @@
-"""The fast GetRecords parser equals botocore's on every body it accepts, and leaves the rest
-(and every error response) to botocore. Property tests over random responses, adversarial
-bodies, and real responses of the moto server through boto3 clients with and without it."""
+"""The fast parser of GetRecords bodies and SubscribeToShard events equals botocore's on every
+body it accepts, and leaves the rest (and every error response or exception message) to
+botocore. Property tests over random responses and events, adversarial bodies, and real
+responses and subscriptions of the moto server through boto3 clients with and without it."""
 
 from __future__ import annotations
 
 import base64
 import json
+from collections.abc import Iterator
 from datetime import UTC
 from typing import Any
 
 import boto3
 import pytest
+from botocore.eventstream import EventStreamBuffer, ParserError
 from botocore.exceptions import ClientError
-from botocore.parsers import create_parser
+from botocore.parsers import EventStreamJSONParser, create_parser
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from kinesis.consumer.retrieval import fast_parse
 from kinesis.consumer.retrieval.records import aggregate, records_from_response
-from kinesis.testing import LocalAWS
+from kinesis.testing import LocalAWS, client_for
+from tests.support import eventstream
+from tests.support.fanout_endpoint import fanout_endpoint
 
 _SHAPE = boto3.client("kinesis", region_name="us-east-1", aws_access_key_id="x",
                       aws_secret_access_key="y").meta.service_model.operation_model("GetRecords").output_shape
@@ -157,3 +162,145 @@ def test_real_responses_through_boto3_equal_botocores(aws: LocalAWS) -> None:
             client.get_records(ShardIterator="x" * 40)
         codes.append((raised.value.response["Error"]["Code"], raised.value.response["Error"]["Message"]))
     assert codes[0] == codes[1] and codes[0][0]
+
+
+_EVENTS = boto3.client("kinesis", region_name="us-east-1", aws_access_key_id="x", aws_secret_access_key="y").meta \
+    .service_model.operation_model("SubscribeToShard").output_shape.members["EventStream"]
+events = st.fixed_dictionaries({}, optional={
+    "Records": st.lists(records, max_size=8),
+    "ContinuationSequenceNumber": maybe(st.integers(0, 10**56).map(str)),
+    "MillisBehindLatest": maybe(st.integers(0, 2**40)),
+    "ChildShards": maybe(st.lists(children, max_size=2)),
+})
+
+
+def event_message(body: bytes, event_type: str = "SubscribeToShardEvent") -> dict[str, Any]:
+    """An event-stream message as botocore's EventStream hands it to its parser."""
+    return {"status_code": 200, "body": body,
+            "headers": {":message-type": "event", ":event-type": event_type, ":content-type": "application/json"}}
+
+
+@settings(max_examples=300, deadline=None)
+@given(events)
+def test_every_subscribe_to_shard_event_is_parsed_as_botocore_parses_it(event: dict[str, Any]) -> None:
+    body = encode(event)
+    assert fast_parse.parse_subscribe_event(body) is not None, body  # a well-formed event is its to parse
+    ours = fast_parse._EventParser(EventStreamJSONParser()).parse(event_message(body), _EVENTS)
+    theirs = EventStreamJSONParser().parse(event_message(body), _EVENTS)
+    assert ours == theirs and list(ours) == ["SubscribeToShardEvent"]
+    assert all(r["ApproximateArrivalTimestamp"].tzinfo is UTC for r in ours["SubscribeToShardEvent"].get("Records", [])
+               if "ApproximateArrivalTimestamp" in r)
+
+
+@pytest.mark.parametrize("message", [
+    event_message(b'{"Records": [], "NextShardIterator": "x"}'),  # a GetRecords member: not an event's
+    event_message(b'{"Records": [{"Data": "QU*JD"}]}'),  # lenient base64: botocore's to decode
+    event_message(b""),
+    event_message(b'{"Records": []}', event_type="SomethingNew"),
+    {"status_code": 400, "body": b'{"message": "a newer subscription took over"}',
+     "headers": {":message-type": "exception", ":exception-type": "ResourceInUseException"}},
+])
+def test_other_messages_and_unrecognised_events_are_botocores(message: dict[str, Any]) -> None:
+    class Inner:
+        def parse(self, response: dict[str, Any], shape: Any) -> Any:
+            return "botocore's", EventStreamJSONParser().parse(response, shape)
+
+    assert fast_parse._EventParser(Inner()).parse(message, _EVENTS) == Inner().parse(message, _EVENTS)
+
+
+def test_real_subscriptions_through_boto3_equal_botocores(aws: LocalAWS) -> None:
+    kinesis = aws.client("kinesis")
+    kinesis.create_stream(StreamName="events", ShardCount=1)
+    kinesis.put_records(StreamName="events", Records=[
+        {"Data": bytes([i]) * (i * 10), "PartitionKey": f"ключ-{i}"} for i in range(50)])
+    arn = kinesis.describe_stream_summary(StreamName="events")["StreamDescriptionSummary"]["StreamARN"]
+    shard = kinesis.list_shards(StreamName="events")["Shards"][0]["ShardId"]
+    with fanout_endpoint(aws.endpoint_url) as ep:
+        client = client_for("kinesis", ep.endpoint_url)
+        got = []
+        for name, fast in (("plain", False), ("fast", True)):
+            if fast:
+                fast_parse.install(client)
+            consumer = client.register_stream_consumer(StreamARN=arn, ConsumerName=name)["Consumer"]["ConsumerARN"]
+            stream = client.subscribe_to_shard(ConsumerARN=consumer, ShardId=shard,
+                                               StartingPosition={"Type": "TRIM_HORIZON"})["EventStream"]
+            if fast:
+                assert isinstance(stream._raw_stream, fast_parse.WholeMessages)
+                fast_parse.install_on_event_stream(stream)
+                fast_parse.install_on_event_stream(stream)  # once only
+                assert isinstance(stream._parser, fast_parse._EventParser)
+                assert not isinstance(stream._parser.inner, fast_parse._EventParser)
+            event = next(e for e in stream if e["SubscribeToShardEvent"]["Records"])["SubscribeToShardEvent"]
+            stream.close()
+            got.append(event)
+    plain, fast_event = got
+    assert len(fast_event["Records"]) == 50 and fast_event == plain
+    assert all(r["ApproximateArrivalTimestamp"].tzinfo is UTC for r in fast_event["Records"])
+
+
+def test_a_stream_without_botocores_parser_is_left_alone() -> None:
+    class Double:
+        pass
+
+    double = Double()
+    fast_parse.install_on_event_stream(double)
+    assert not hasattr(double, "_parser")
+
+
+class Pieces:
+    """A streaming body that yields ``wire`` in the given piece sizes (cycled), and counts closes."""
+
+    def __init__(self, wire: bytes, sizes: list[int]):
+        self.wire, self.sizes, self.closed = wire, sizes, 0
+
+    def stream(self, amt: int = 2**16) -> Iterator[bytes]:
+        at, i = 0, 0
+        while at < len(self.wire):
+            size = self.sizes[i % len(self.sizes)]
+            yield self.wire[at : at + size]
+            at, i = at + size, i + 1
+
+    def close(self) -> None:
+        self.closed += 1
+
+
+def decoded(body: Any) -> list[tuple[dict[str, Any], bytes]] | str:
+    """What botocore's decoder makes of ``body``'s stream: the messages, or the error it raises."""
+    buffer, out = EventStreamBuffer(), []
+    try:
+        for piece in body.stream():
+            buffer.add_data(piece)
+            out += [(m.headers, m.payload) for m in buffer]
+    except ParserError as exc:
+        return type(exc).__name__
+    return out
+
+
+WIRE = [
+    eventstream.initial_response(),
+    eventstream.event("SubscribeToShardEvent", {"Records": [], "ContinuationSequenceNumber": "7"}),
+    eventstream.event("SubscribeToShardEvent", {"Records": [{"Data": "QUJD", "SequenceNumber": "1"}] * 300}),
+    eventstream.exception("ResourceInUseException", "taken over"),
+    eventstream.encode_message({}, b""),
+]
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.sampled_from(WIRE), max_size=6), st.lists(st.integers(1, 5000), min_size=1, max_size=5),
+       st.sampled_from(["whole", "cut", "bad length", "bad crc"]))
+def test_whole_messages_give_botocore_what_the_raw_pieces_give_it(
+    messages: list[bytes], sizes: list[int], damage: str
+) -> None:
+    wire = b"".join(messages)
+    if damage == "cut" and wire:
+        wire = wire[: len(wire) - 3]  # the last message never completes
+    elif damage == "bad length":
+        wire += (2**31).to_bytes(4, "big") + bytes(20)  # a length botocore refuses
+    elif damage == "bad crc" and wire:
+        wire = wire[:-1] + bytes([wire[-1] ^ 1])
+    whole = fast_parse.WholeMessages(Pieces(wire, sizes))
+    assert decoded(whole) == decoded(Pieces(wire, sizes))
+    pieces = list(fast_parse.WholeMessages(Pieces(b"".join(messages), sizes)).stream())
+    assert pieces == messages  # one piece a message: botocore's buffer never appends to a partial one
+    whole.close()
+    assert whole.raw.closed == 1  # everything else is the wrapped body's
