@@ -6,7 +6,9 @@ TRIM_HORIZON, touching each payload, and prints its CPU figures as one JSON line
 ``ours``: a :class:`kinesis.Worker` (its defaults, polling, the clients it builds itself from
 the standard credential chain), checkpointing every batch.
 ``boto3``: a plain GetShardIterator/GetRecords loop per shard (one thread each), no leases, no
-checkpoints. ``kcl-rs``: the Rust port of AWS's KCL (run with its own venv's Python),
+checkpoints. ``ours-fanout`` and ``boto3-fanout``: the same with Enhanced Fan-Out
+(SubscribeToShard, a stream consumer registered first; botocore parses the event stream).
+``kcl-rs``: the Rust port of AWS's KCL (run with its own venv's Python),
 checkpointing every batch. CPU is this process's (``resource.getrusage``: every thread, the
 Rust ones too); ``startup_cpu_s`` is the CPU spent before the first record reached the
 processor (``startup_parts``: importing the consumer's package, building its clients, and from
@@ -78,7 +80,10 @@ def run_ours(args: argparse.Namespace, tally: Tally) -> None:
             tally.add([r.data for r in records])
             checkpointer.checkpoint()
 
-    config = WorkerConfig(f"cpu-{uuid.uuid4().hex[:8]}", [StreamConfig(args.stream, "cpu", "TRIM_HORIZON")],
+    retrieval = "fanout" if args.consumer.endswith("-fanout") else "polling"
+    config = WorkerConfig(f"cpu-{uuid.uuid4().hex[:8]}",
+                          [StreamConfig(args.stream, f"cpu-{uuid.uuid4().hex[:6]}", "TRIM_HORIZON",
+                                        retrieval=retrieval)],
                           worker_id="ours")
     worker = Worker(config, Touch, endpoint_url=args.endpoint, region_name="us-east-1")
     tally.mark("clients")
@@ -110,6 +115,47 @@ def run_boto3(args: argparse.Namespace, tally: Tally) -> None:
             it = response.get("NextShardIterator")
             if not response["Records"] and response.get("MillisBehindLatest", 0) == 0:
                 tally.done.wait(0.2)  # at the tip: poll again shortly (the others may still read)
+
+    threads = [threading.Thread(target=read, args=(s,), daemon=True) for s in shards]
+    for t in threads:
+        t.start()
+    tally.done.wait(args.timeout)
+
+
+def run_boto3_fanout(args: argparse.Namespace, tally: Tally) -> None:
+    import boto3
+
+    tally.mark("import")
+
+    def client() -> Any:
+        return boto3.client("kinesis", endpoint_url=args.endpoint, region_name="us-east-1",
+                            aws_access_key_id="testing", aws_secret_access_key="testing")
+
+    kinesis = client()
+    tally.mark("clients")
+    arn = kinesis.describe_stream_summary(StreamName=args.stream)["StreamDescriptionSummary"]["StreamARN"]
+    consumer = kinesis.register_stream_consumer(StreamARN=arn, ConsumerName=f"cpu-{uuid.uuid4().hex[:6]}")
+    consumer_arn = consumer["Consumer"]["ConsumerARN"]
+    while kinesis.describe_stream_consumer(ConsumerARN=consumer_arn)["ConsumerDescription"][
+            "ConsumerStatus"] != "ACTIVE":
+        tally.done.wait(0.2)
+    shards = [s["ShardId"] for s in kinesis.list_shards(StreamName=args.stream)["Shards"]]
+
+    def read(shard: str) -> None:
+        subscriber = client()
+        position: dict[str, Any] = {"Type": "TRIM_HORIZON"}
+        while not tally.done.is_set():
+            stream = subscriber.subscribe_to_shard(ConsumerARN=consumer_arn, ShardId=shard,
+                                                   StartingPosition=position)["EventStream"]
+            for event in stream:
+                batch = event["SubscribeToShardEvent"]
+                tally.add([r["Data"] for r in batch["Records"]])
+                if batch.get("ContinuationSequenceNumber"):
+                    position = {"Type": "AFTER_SEQUENCE_NUMBER",
+                                "SequenceNumber": batch["ContinuationSequenceNumber"]}
+                if tally.done.is_set():
+                    break
+            stream.close()
 
     threads = [threading.Thread(target=read, args=(s,), daemon=True) for s in shards]
     for t in threads:
@@ -151,18 +197,19 @@ def run_kcl_rs(args: argparse.Namespace, tally: Tally) -> None:
 
 def main() -> int:
     p = argparse.ArgumentParser()
-    p.add_argument("consumer", choices=("ours", "boto3", "kcl-rs"))
+    p.add_argument("consumer", choices=("ours", "boto3", "kcl-rs", "ours-fanout", "boto3-fanout"))
     p.add_argument("--endpoint", required=True)
     p.add_argument("--stream", required=True)
     p.add_argument("--records", type=int, required=True)
     p.add_argument("--timeout", type=float, default=300.0, help="give up after this many seconds")
     args = p.parse_args()
-    if args.consumer == "ours":  # this repository's package (the peers' venvs run without it)
+    if args.consumer.startswith("ours"):  # this repository's package (the peers' venvs run without it)
         sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
     wall = time.monotonic()
     tally = Tally(args.records)
     started = tally.marks[0][1]
-    {"ours": run_ours, "boto3": run_boto3, "kcl-rs": run_kcl_rs}[args.consumer](args, tally)
+    {"ours": run_ours, "boto3": run_boto3, "kcl-rs": run_kcl_rs, "ours-fanout": run_ours,
+     "boto3-fanout": run_boto3_fanout}[args.consumer](args, tally)
     end = tally.done_cpu
     if end is None or tally.first_cpu is None or tally.quarter is None:
         print(json.dumps({"error": f"read {tally.n} of {args.records} records"}))
