@@ -26,6 +26,7 @@ import sys
 import threading
 import time
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -92,7 +93,8 @@ def run_ours(args: argparse.Namespace, tally: Tally) -> None:
     worker.stop()
 
 
-def run_boto3(args: argparse.Namespace, tally: Tally) -> None:
+def boto3_client(args: argparse.Namespace, tally: Tally) -> Callable[[], Any]:
+    """Imports boto3 (a start-up step) and returns a maker of Kinesis clients for the endpoint."""
     import boto3
 
     tally.mark("import")
@@ -101,6 +103,18 @@ def run_boto3(args: argparse.Namespace, tally: Tally) -> None:
         return boto3.client("kinesis", endpoint_url=args.endpoint, region_name="us-east-1",
                             aws_access_key_id="testing", aws_secret_access_key="testing")
 
+    return client
+
+
+def read_each(shards: list[str], read: Callable[[str], None], args: argparse.Namespace, tally: Tally) -> None:
+    """Runs ``read`` for each shard in a thread of its own until every record is read."""
+    for shard in shards:
+        threading.Thread(target=read, args=(shard,), daemon=True).start()
+    tally.done.wait(args.timeout)
+
+
+def run_boto3(args: argparse.Namespace, tally: Tally) -> None:
+    client = boto3_client(args, tally)
     listing = client()
     tally.mark("clients")
     shards = [s["ShardId"] for s in listing.list_shards(StreamName=args.stream)["Shards"]]
@@ -116,21 +130,11 @@ def run_boto3(args: argparse.Namespace, tally: Tally) -> None:
             if not response["Records"] and response.get("MillisBehindLatest", 0) == 0:
                 tally.done.wait(0.2)  # at the tip: poll again shortly (the others may still read)
 
-    threads = [threading.Thread(target=read, args=(s,), daemon=True) for s in shards]
-    for t in threads:
-        t.start()
-    tally.done.wait(args.timeout)
+    read_each(shards, read, args, tally)
 
 
 def run_boto3_fanout(args: argparse.Namespace, tally: Tally) -> None:
-    import boto3
-
-    tally.mark("import")
-
-    def client() -> Any:
-        return boto3.client("kinesis", endpoint_url=args.endpoint, region_name="us-east-1",
-                            aws_access_key_id="testing", aws_secret_access_key="testing")
-
+    client = boto3_client(args, tally)
     kinesis = client()
     tally.mark("clients")
     arn = kinesis.describe_stream_summary(StreamName=args.stream)["StreamDescriptionSummary"]["StreamARN"]
@@ -157,10 +161,7 @@ def run_boto3_fanout(args: argparse.Namespace, tally: Tally) -> None:
                     break
             stream.close()
 
-    threads = [threading.Thread(target=read, args=(s,), daemon=True) for s in shards]
-    for t in threads:
-        t.start()
-    tally.done.wait(args.timeout)
+    read_each(shards, read, args, tally)
 
 
 def run_kcl_rs(args: argparse.Namespace, tally: Tally) -> None:
