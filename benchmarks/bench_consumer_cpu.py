@@ -10,7 +10,10 @@ the start-up CPU before the first record (importing the consumer, building its c
 start to the first record), and each as a ratio to kcl-rs and to the boto3
 loop measured in the same run (the server's CPU is not counted: it is another process).
 
-Writes benchmarks/results/consumer_cpu.json.
+Enhanced Fan-Out the same way (``ours-fanout``, ``boto3-fanout``), through
+``tests/support/fanout_endpoint.py`` in this process, compared with each other.
+
+Writes benchmarks/results/consumer_cpu.json and docs/img/consumer_cpu.png.
 
     .venv/bin/python benchmarks/bench_consumer_cpu.py [--records 100000] [--size 1024] [--rounds 1]
 """
@@ -38,6 +41,7 @@ from benchmarks.report import write_json  # noqa: E402
 from tests.support.fanout_endpoint import fanout_endpoint  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parent / "results"
+PLOT = ROOT / "docs" / "img" / "consumer_cpu.png"
 CONSUMERS = ("ours", "kcl-rs", "boto3")
 FANOUT = ("ours-fanout", "boto3-fanout")
 """Enhanced Fan-Out, through ``tests/support/fanout_endpoint.py`` in this process (its CPU, like
@@ -67,6 +71,35 @@ def run(consumer: str, endpoint: str, stream: str, records: int) -> dict[str, An
     return result
 
 
+def plot(best: dict[str, dict[str, Any]], records: int, path: Path) -> Path:
+    """CPU per record of each consumer as a bar: its start-up spread over the records, and the
+    rest (reading); a dotted line at twice kcl-rs's and at 0.6 x the boto3 loop's."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    names = list(best)
+    startup = [best[n]["startup_cpu_s"] / records * 1e6 for n in names]
+    reading = [best[n]["us_per_record"] - s for n, s in zip(names, startup, strict=True)]
+    fig, ax = plt.subplots(figsize=(8, 0.6 * len(names) + 1.4))
+    ax.barh(names, startup, color="#c9a227", label="start-up, spread over the records")
+    ax.barh(names, reading, left=startup, color="#2a6f97", label="reading")
+    for baseline, factor, label in (("kcl-rs", 2.0, "2 x kcl-rs"), ("boto3", 0.6, "0.6 x boto3 loop")):
+        if baseline in best:
+            x = best[baseline]["us_per_record"] * factor
+            ax.axvline(x, color="grey", linestyle=":", linewidth=1)
+            ax.text(x, 1.01, label, fontsize=7, ha="center", va="bottom", transform=ax.get_xaxis_transform())
+    ax.invert_yaxis()
+    ax.set_xlabel(f"CPU us per record ({records:,} records of 1 KB, consumer process only)")
+    ax.legend(fontsize=7, loc="lower right")
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--records", type=int, default=100_000)
@@ -74,6 +107,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=1)
     parser.add_argument("--only", default=",".join(CONSUMERS + FANOUT), help="comma-separated consumers")
     parser.add_argument("--out", type=Path, default=RESULTS / "consumer_cpu.json")
+    parser.add_argument("--plot", type=Path, default=PLOT, help="the figure (docs/img/consumer_cpu.png)")
     args = parser.parse_args(argv)
     consumers = [c for c in args.only.split(",") if c]
     best: dict[str, dict[str, Any]] = {}
@@ -101,6 +135,7 @@ def main(argv: list[str] | None = None) -> int:
                       str(r.get("vs_kcl-rs", "")), str(r.get("vs_boto3-fanout" if name in FANOUT else "vs_boto3", "")))
     Console().print(table)
     write_json(args.out, {"records": args.records, "size": args.size, "rounds": args.rounds, "consumers": best})
+    plot(best, args.records, args.plot)
     return 0
 
 
