@@ -33,10 +33,13 @@ What it does:
 * :meth:`status`, health endpoints (:mod:`kinesis.consumer.worker.health`) and Prometheus metrics
   (:mod:`kinesis.consumer.worker.metrics`, optional).
 
-Clients: pass boto3 ``kinesis_client`` and ``dynamodb_client``, or a ``session`` (and
-optionally ``endpoint_url`` / ``region_name``) to build them. Membership: any
-:class:`hashring.Membership` (e.g. :class:`~hashring.KubernetesMembership`); by default a
-:class:`~kinesis.lease_loop.membership.DynamoDBMembership` in the lease table, with ``worker_id``.
+Clients: pass boto3 ``kinesis_client`` and ``dynamodb_client``, or a ``session`` (boto3's or
+botocore's; by default one new botocore session for both) and optionally ``endpoint_url`` /
+``region_name`` to build them. Membership: any :class:`hashring.Membership` (e.g.
+:class:`~hashring.KubernetesMembership`); by default a
+:class:`~kinesis.lease_loop.membership.SessionMembership`, the member list kept in the lease
+table (``reads="scan"``: a :class:`~kinesis.lease_loop.membership.DynamoDBMembership`), with
+``worker_id``.
 
 Errors: configuration mistakes raise :class:`~kinesis.errors.ConfigurationError` when the
 ``WorkerConfig`` or the ``Worker`` is built (no AWS call is made then). :meth:`start` checks

@@ -14,6 +14,7 @@ from kinesis.consumer.retrieval.fanout import ConsumerRegistration, deregister_o
 from kinesis.consumer.worker.setup import (
     build_client,
     check_processor_factories,
+    default_session,
     resolve_reads,
     worker_membership,
 )
@@ -44,6 +45,15 @@ def test_a_client_gets_the_endpoint_the_region_and_a_pool_for_many_shards() -> N
     assert kwargs["region_name"] == "eu-west-1" and kwargs["config"].max_pool_connections == 64
     build_client(session, "dynamodb", None, None)
     assert set(session.asked[1][1]) == {"config"}
+
+
+def test_a_botocore_session_makes_clients_too() -> None:
+    class BotocoreSession:
+        def create_client(self, service: str, **kwargs: Any) -> str:
+            return f"{service} from botocore in {kwargs['region_name']}"
+
+    assert build_client(BotocoreSession(), "kinesis", None, "eu-west-1") == "kinesis from botocore in eu-west-1"
+    assert type(default_session()).__module__ == "botocore.session"  # no boto3 import (~0.04 CPU s)
 
 
 def test_a_client_without_a_region_is_a_configuration_error_that_says_how_to_give_one() -> None:
