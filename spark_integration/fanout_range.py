@@ -31,6 +31,7 @@ from kinesis.consumer.retrieval import (
     Position,
     Record,
 )
+from kinesis.consumer.retrieval.polling import until_end
 from kinesis.errors import FanOutConsumerLimitError, KinesisRetriesExhaustedError
 from spark_integration.options import KinesisOptions
 
@@ -102,12 +103,11 @@ class FanOutRangeReader:
             while True:
                 events = reader.stats.events
                 batch = reader.read_batch()
-                for record in batch.records:
-                    if until is not None and record.position > until:
-                        return  # delivered beyond the range's end: not part of it
-                    yield record
-                    if until is not None and record.position == until:
-                        return
+                end = until_end(batch.records, until)
+                if end is not None:  # the range ends in this batch (what is beyond is not part of it)
+                    yield from batch.records[:end]
+                    return
+                yield from batch.records
                 if batch.shard_ended or batch.stopped:
                     return
                 if reader.stats.events > events:

@@ -159,24 +159,25 @@ def read_shard_range(kinesis: Any, shard_range: ShardRange,
         if first and start_is_gone(r.begin, reader.first_sequence_number):
             lose("none of its records is left")
 
-    last: Position | None = None
+    last: Record | None = None  # its position only when needed: building one costs microseconds
     try:
         for record in checked(reader.iter_records(until=r.end, stop_when_caught_up=True)):
-            last = record.position
+            last = record
             yield record
     except StartingPositionRejectedError as exc:
         lose(f"Kinesis refused its start ({exc.__cause__ or exc})")
         reader = _reader(kinesis, r, InitialPosition.TRIM_HORIZON, options)
-        done: Checkpoint = r.begin if last is None else last
+        done: Checkpoint = r.begin if last is None else last.position
         for record in reader.iter_records(until=r.end, stop_when_caught_up=True):
             if record.position > done:  # never a record yielded already or before the start
-                last = record.position
+                last = record
                 yield record
     except ShardNotFoundError:
         lose("the shard is gone")
-    if last != r.end and not lost:
-        lose(f"the read ended at {describe(last)}, before the range's end: its records are "
-             "no longer readable")
+    if (last is None or last.position != r.end) and not lost:
+        ended = None if last is None else last.position
+        lose(f"the read ended at {describe(ended)}, before the range's end: its records are no longer "
+             "readable")
 
 
 class RangeReader(Protocol):

@@ -12,6 +12,7 @@ backoff inside :meth:`ShardReader.read_batch`; those sleeps are interruptible to
 
 from __future__ import annotations
 
+import bisect
 import threading
 import time
 from collections.abc import Iterator, Mapping, Sequence
@@ -105,6 +106,19 @@ class ReaderStats:
 
 class _Delivered(Protocol):
     records_delivered: int
+
+
+def until_end(records: list[Record], until: Position | None) -> int | None:
+    """How many of ``records`` (in shard order) are at or before ``until`` when the batch
+    reaches it, else None (every record is before it: the range goes on). One position a batch
+    and a bisection, not a position per record (building one costs microseconds)."""
+    if until is None or not records or records[-1].position < until:
+        return None
+    return bisect.bisect_right(records, until.key, key=_record_key)
+
+
+def _record_key(record: Record) -> tuple[int, int]:
+    return int(record.sequence_number), record.sub_sequence_number
 
 
 def check_reader_args(max_records: int, start: object) -> None:
@@ -360,22 +374,25 @@ class ShardReader:
             raise ConfigurationError(f"max_records must be >= 1 or None, got {max_records}")
         count = 0
         while True:
-            last = self._cursor.resume
+            resume = self._cursor.resume
             batch = self.read_batch()
-            for index, record in enumerate(batch.records):
-                if until is not None and record.position > until:
-                    self._hold_back(batch.records[index:], last)
-                    return
+            records = batch.records
+            end = until_end(records, until)
+            stop = end is not None
+            end = len(records) if end is None else end
+            if max_records is not None and count + end >= max_records:
+                end, stop = max_records - count, True
+            for index in range(end):
+                record = records[index]
                 try:
                     yield record
                 except GeneratorExit:  # the caller stopped early: keep the rest for later
-                    self._hold_back(batch.records[index + 1 :], record.position)
+                    self._hold_back(records[index + 1 :], record.position)
                     raise
-                last = record.position
-                count += 1
-                if (until is not None and record.position == until) or count == max_records:
-                    self._hold_back(batch.records[index + 1 :], last)
-                    return
+            count += end
+            if stop:
+                self._hold_back(records[end:], records[end - 1].position if end else resume)
+                return
             if batch.shard_ended or batch.stopped:
                 return
             if stop_when_caught_up and batch.millis_behind_latest in (0, None):

@@ -11,8 +11,10 @@ from typing import Any
 
 import pytest
 from botocore.config import Config
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from kinesis.consumer.retrieval.polling import ShardReader, read_range
+from kinesis.consumer.retrieval.polling import ShardReader, read_range, until_end
 from kinesis.consumer.retrieval.positions import InitialPosition, Position
 from kinesis.consumer.retrieval.records import Record, aggregate
 from kinesis.errors import (
@@ -471,3 +473,17 @@ def test_breaking_out_of_iter_records_loses_nothing(kinesis: Any) -> None:
             break
     assert reader.last_position == head[-1].position
     assert datas(head) + datas(drain(reader)) == written
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(st.integers(1, 60), st.integers(0, 3)), max_size=12, unique=True),
+       st.none() | st.tuples(st.integers(1, 60), st.integers(0, 3)))
+def test_a_batch_ends_a_range_at_the_records_up_to_its_end_and_only_if_it_reaches_it(
+    keys: list[tuple[int, int]], until: tuple[int, int] | None
+) -> None:
+    records = [Record("s", "shardId-0", str(seq), sub, "k", b"", None, None, bool(sub))
+               for seq, sub in sorted(keys)]
+    end = None if until is None else Position(str(until[0]), until[1])
+    at_or_before = [r for r in records if end is not None and r.position <= end]
+    reaches = end is not None and bool(records) and records[-1].position >= end
+    assert until_end(records, end) == (len(at_or_before) if reaches else None)
