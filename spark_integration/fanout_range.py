@@ -30,8 +30,8 @@ from kinesis.consumer.retrieval import (
     FanOutReader,
     Position,
     Record,
+    until_end,
 )
-from kinesis.consumer.retrieval.polling import until_end
 from kinesis.errors import FanOutConsumerLimitError, KinesisRetriesExhaustedError
 from spark_integration.options import KinesisOptions
 

@@ -13,7 +13,7 @@ interface, with positions, records and read failures.
 """
 
 from kinesis.consumer.retrieval.fanout import ConsumerRegistration, FanOutReader
-from kinesis.consumer.retrieval.polling import MAX_GET_RECORDS_LIMIT, ShardReader
+from kinesis.consumer.retrieval.polling import MAX_GET_RECORDS_LIMIT, ShardReader, until_end
 from kinesis.consumer.retrieval.positions import (
     LATEST,
     TRIM_HORIZON,
@@ -36,6 +36,7 @@ __all__ = [
     "Record",
     "ShardReader",
     "aggregate",
+    "until_end",
 ]
 
 __getattr__ = moved(__name__, dict.fromkeys(("BatchReader", "make_reader"), "kinesis.consumer.retrieval.readers"))
