@@ -88,6 +88,16 @@ class LegacyMember:
     def refresh(self) -> None:
         self._round(renew=False)
 
+    def release(self, key: str) -> bool:
+        """Give up a held lease now (after SHARD_END, its tenure already ended by the world):
+        the row's owner cleared, as the previous release did; False if it was not held."""
+        h = self.held.pop(key, None)
+        if h is None:
+            return False
+        with contextlib.suppress(KinesisHashRingError):
+            self.table.release(h.lease)
+        return True
+
     def stop(self) -> None:
         """A graceful stop: release everything (its plan without itself has no owner to name)."""
         for key, h in list(self.held.items()):
