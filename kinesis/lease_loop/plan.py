@@ -232,6 +232,9 @@ class PublishedPlan:
             if self._head_owner == self._me:  # the last publisher watches its head: a corrupt one is replaced
                 recheck_interval = min(recheck_interval, OWNER_RECHECK_TICKS * tick_interval)
             due = self._behind or now - self._last_read >= recheck_interval
+        if self._corrupt_since is not None:  # an unreadable head seen: read it again one settling
+            # window later to rebuild it (not at the backstop, 30 D on, when nothing is pending)
+            due = due or now - self._corrupt_since >= SETTLE_TICKS * tick_interval
         if not due:
             return
         self._behind, self._last_read = False, now

@@ -237,6 +237,29 @@ def test_a_stale_read_of_no_plan_head_does_not_stop_its_publisher_watching_it() 
     assert head is not None and int(head["version"]["N"]) > before
 
 
+def test_a_corrupt_plan_head_is_rebuilt_one_settling_window_after_a_survivor_sees_it() -> None:
+    # fleetsim seed 8856 (long): the last publisher (the plan chore's owner) crashed, still
+    # listed, after the head was corrupted and before its own recheck; the others saw the
+    # unreadable head at the backstop read (30 D) but, with nothing pending, read it again
+    # only at the next backstop, another 30 D on: still unreadable at the end of the run. A
+    # member that saw an unreadable head reads it again one settling window later and rebuilds it.
+    from kinesis.lease_loop.plan import SETTLE_TICKS
+    from kinesis.lease_loop.round_reads import PLAN_RECHECK
+
+    memory = MemoryDynamoDB()
+    fleet = Fleet(memory_table(memory), KEYS, ["a", "b", "c"], reads="scoped")
+    settle(fleet)
+    head = plan_head(memory)
+    assert head is not None
+    before, publisher = int(head["version"]["N"]), head["owner"]["S"]
+    fleet.crash(publisher)  # stays listed: the chore stays its own
+    memory.corrupt("__manifest__#plan", {"leaseKey": {"S": "__manifest__#plan"}, "garbage": {"S": "x"}})
+    backstop = int(PLAN_RECHECK * fleet.lease_duration / fleet.tick_interval)
+    rounds_until(fleet, lambda: "version" in (plan_head(memory) or {}), limit=backstop + SETTLE_TICKS + 2)
+    head = plan_head(memory)
+    assert head is not None and int(head["version"]["N"]) > before and head["owner"]["S"] != publisher
+
+
 def test_two_members_that_both_own_the_plan_chore_do_not_republish_every_round() -> None:
     # c owns the plan chore among a, b, c; with the newcomer n3 listed, n3 owns it. While c's
     # member list lags (it does not list n3 yet), both publish: each read the other's plan,
