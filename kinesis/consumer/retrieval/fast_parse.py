@@ -70,9 +70,13 @@ def install(client: Any) -> None:
                         unique_id=f"{HANDLER_ID}-whole-messages")
 
 
-_PRELUDE = 12  # an event-stream message: total length (4 bytes), headers length (4), prelude CRC (4)
+try:  # botocore's own limits: a length it refuses is handed over at once, for its own error
+    from botocore.eventstream import _MAX_HEADERS_LENGTH, _MAX_PAYLOAD_LENGTH, _PRELUDE_LENGTH
+except ImportError:  # pragma: no cover - another botocore: its documented 2019 limits
+    _PRELUDE_LENGTH, _MAX_HEADERS_LENGTH, _MAX_PAYLOAD_LENGTH = 12, 128 * 1024, 16 * 1024 * 1024
+_PRELUDE = _PRELUDE_LENGTH  # total length (4 bytes), headers length (4), prelude CRC (4)
 _SMALLEST = _PRELUDE + 4  # and a CRC of the whole message
-_LARGEST = 16 + 128 * 1024 + 16 * 1024 * 1024  # botocore refuses larger: its error is raised as before
+_LARGEST = _SMALLEST + _MAX_HEADERS_LENGTH + _MAX_PAYLOAD_LENGTH
 
 
 def _whole_messages(response_dict: dict[str, Any], **_: Any) -> None:
@@ -96,13 +100,18 @@ class WholeMessages:
     def stream(self, *args: Any, **kwargs: Any) -> Any:
         """The wrapped ``stream()``'s bytes, cut at message boundaries."""
         pending = bytearray()
-        for piece in self.raw.stream(*args, **kwargs):
+        pieces = iter(self.raw.stream(*args, **kwargs))
+        for piece in pieces:
             pending += piece
             while len(pending) >= _PRELUDE:
                 total = int.from_bytes(pending[:4], "big")
                 if not _SMALLEST <= total <= _LARGEST:
-                    total = len(pending)  # a length botocore refuses: hand all over, for its own error
-                elif len(pending) < total:
+                    # a length botocore refuses: out of step with the messages from here on, so
+                    # everything else goes over as it comes, for botocore to judge
+                    yield bytes(pending)
+                    yield from pieces
+                    return
+                if len(pending) < total:
                     break
                 yield bytes(pending[:total])
                 del pending[:total]

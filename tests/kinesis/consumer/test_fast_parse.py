@@ -304,3 +304,12 @@ def test_whole_messages_give_botocore_what_the_raw_pieces_give_it(
     assert pieces == messages  # one piece a message: botocore's buffer never appends to a partial one
     whole.close()
     assert whole.raw.closed == 1  # everything else is the wrapped body's
+
+
+def test_an_event_larger_than_16_mib_and_the_next_are_both_handed_over_whole() -> None:
+    # botocore accepts payloads up to its own limit (24 MiB in 1.44): the cut follows its limits
+    big = eventstream.encode_message({":message-type": "event"}, b"\x00\xf0\x00\x00" * (17 * 2**18))
+    small = eventstream.event("SubscribeToShardEvent", {"Records": []})
+    wire = big + small
+    assert [len(p) for p in fast_parse.WholeMessages(Pieces(wire, [2**16])).stream()] == [len(big), len(small)]
+    assert decoded(fast_parse.WholeMessages(Pieces(wire, [2**16]))) == decoded(Pieces(wire, [2**16]))
