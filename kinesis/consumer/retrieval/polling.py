@@ -112,7 +112,11 @@ def until_end(records: list[Record], until: Position | None) -> int | None:
     """How many of ``records`` (in shard order) are at or before ``until`` when the batch
     reaches it, else None (every record is before it: the range goes on). One position a batch
     and a bisection, not a position per record (building one costs microseconds)."""
-    if until is None or not records or records[-1].position < until:
+    if until is None or not records:
+        return None
+    if until.is_initial:
+        return 0  # every record is after an initial position
+    if records[-1].position < until:  # SHARD_END included: the range goes on
         return None
     return bisect.bisect_right(records, until.key, key=_record_key)
 

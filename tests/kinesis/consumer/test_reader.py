@@ -15,7 +15,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from kinesis.consumer.retrieval.polling import ShardReader, read_range, until_end
-from kinesis.consumer.retrieval.positions import InitialPosition, Position
+from kinesis.consumer.retrieval.positions import SHARD_END, InitialPosition, Position
 from kinesis.consumer.retrieval.records import Record, aggregate
 from kinesis.errors import (
     ConfigurationError,
@@ -487,3 +487,10 @@ def test_a_batch_ends_a_range_at_the_records_up_to_its_end_and_only_if_it_reache
     at_or_before = [r for r in records if end is not None and r.position <= end]
     reaches = end is not None and bool(records) and records[-1].position >= end
     assert until_end(records, end) == (len(at_or_before) if reaches else None)
+
+
+def test_a_range_that_ends_at_an_initial_position_has_no_record_and_one_at_shard_end_goes_on() -> None:
+    records = [Record("s", "shardId-0", "7", 0, "k", b"", None, None, False)]
+    assert until_end(records, InitialPosition.LATEST) == 0  # type: ignore[arg-type]
+    assert until_end(records, InitialPosition.TRIM_HORIZON) == 0  # type: ignore[arg-type]
+    assert until_end(records, SHARD_END) is None  # type: ignore[arg-type]
