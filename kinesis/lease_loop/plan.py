@@ -233,8 +233,9 @@ class PublishedPlan:
                 recheck_interval = min(recheck_interval, OWNER_RECHECK_TICKS * tick_interval)
             due = self._behind or now - self._last_read >= recheck_interval
         if self._corrupt_since is not None:  # an unreadable head seen: read it again one settling
-            # window later to rebuild it (not at the backstop, 30 D on, when nothing is pending)
-            due = due or now - self._corrupt_since >= SETTLE_TICKS * tick_interval
+            # window later to rebuild it (not at the backstop, 30 D on, when nothing is pending),
+            # and then once a window while it stays unreadable (not every tick)
+            due = due or now - max(self._corrupt_since, self._last_read) >= SETTLE_TICKS * tick_interval
         if not due:
             return
         self._behind, self._last_read = False, now

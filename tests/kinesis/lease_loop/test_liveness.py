@@ -260,6 +260,38 @@ def test_a_corrupt_plan_head_is_rebuilt_one_settling_window_after_a_survivor_see
     assert head is not None and int(head["version"]["N"]) > before and head["owner"]["S"] != publisher
 
 
+def test_a_plan_head_nobody_can_repair_is_read_once_a_settling_window_not_every_tick() -> None:
+    # while the head stays unreadable and every repair fails (writes to it denied), a member
+    # that saw it reads it again once a settling window, not on every tick after the first
+    from kinesis.lease_loop.plan import SETTLE_TICKS
+
+    head_key = "__manifest__#plan"
+    denied = False
+    reads: list[str] = []
+
+    def faults(operation: str, request: dict[str, Any]) -> Fault | None:
+        if operation == "GetItem" and head_key in repr(request):
+            reads.append(operation)
+        writes = operation in ("PutItem", "UpdateItem", "DeleteItem", "TransactWriteItems")
+        if denied and writes and head_key in repr(request):
+            return Fault.denied()
+        return None
+
+    memory = MemoryDynamoDB(faults=faults)
+    fleet = Fleet(memory_table(memory), KEYS, ["a", "b", "c"], reads="scoped")
+    settle(fleet)
+    denied = True
+    memory.corrupt(head_key, {"leaseKey": {"S": head_key}, "garbage": {"S": "x"}})
+    rounds_until(fleet, lambda: bool(reads), limit=200)  # someone saw it unreadable
+    reads.clear()
+    windows = 12
+    for _ in range(windows * SETTLE_TICKS):
+        fleet.round()
+    assert plan_head(memory) is not None and "version" not in plan_head(memory)  # type: ignore[operator]
+    # at most a read a window for each member that saw it (here one): not one a round
+    assert 0 < len(reads) <= windows, f"{len(reads)} head reads in {windows} settling windows"
+
+
 def test_two_members_that_both_own_the_plan_chore_do_not_republish_every_round() -> None:
     # c owns the plan chore among a, b, c; with the newcomer n3 listed, n3 owns it. While c's
     # member list lags (it does not list n3 yet), both publish: each read the other's plan,
