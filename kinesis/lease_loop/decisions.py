@@ -25,6 +25,9 @@ member list, by this member at once (it timed that holder all along). Any member
 lease (or create a missing row) unchanged for ``orphan_timeout``: disagreeing views stall a
 key for a bounded time only. A lease this
 member owns but does not hold (an earlier run of the same id) is taken back once expired.
+A free lease at ``SHARD_END`` is not taken: nothing is left to process (a finished key stays
+planned until the resource provider's key set moves on, a manifest poll later with scoped
+reads; taking it meant a take and a release every few ticks until then).
 A lease this member handed off and its target did not adopt within ``adopt_timeout`` is
 taken back by this member, whatever the plan says (the member that makes an offer sees it
 through: nobody else may be reading that row).
@@ -359,6 +362,8 @@ def takes(snap: Snapshot, keys: Iterable[str]) -> Takes:
                 out.append(Take(key, "offers_withdrawn", lease))
             continue
         free = lease is None or lease.owner is None
+        if free and lease is not None and lease.is_shard_end:
+            continue  # fully processed: nothing to take it for (planned until the key set moves on)
         offer = lease is not None and lease.owner is not None and lease.handed_off_by is not None
         expiry = timing.adopt_timeout if offer else timing.lease_duration
         past = unchanged if free else unchanged - expiry
