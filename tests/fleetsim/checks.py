@@ -22,6 +22,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from kinesis.consumer.discovery.manifest import ShardManifestSync
 from kinesis.lease_loop.membership import DOCUMENT as MEMBERS_DOCUMENT
 from kinesis.lease_loop.membership import SessionMembership
 from kinesis.lease_loop.membership import decode as decode_members
@@ -61,6 +62,11 @@ class Checker:
     list_changes: list[float] = field(default_factory=list)
     """When a session scenario's member list (kept by its members in the table) moved to a new
     version: list changes, like the world's changes of a static list."""
+    key_moves: list[float] = field(default_factory=list)
+    """When a running member first planned with a new set of keys (a shard manifest version
+    taking effect ``poll_interval`` after its publish: a reshard's children): a plan input."""
+    _keysets: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    _keyset: tuple[str, ...] | None = None
     _plan_version: str = ""
     _list_version: str = ""
     _writes: int = -1
@@ -123,6 +129,7 @@ class Checker:
                     self.fail(f"{key} checkpoint went backwards: {track.order!r} -> {order!r}")
                 if order:
                     track.order = order
+        self._watch_keys(world)
         if written:
             head = world.memory.peek(PLAN_HEAD)
             version = str(head.get("version", {}).get("N", "")) if head else ""
@@ -139,6 +146,20 @@ class Checker:
             if len(self.violations) < self.max_violations:
                 self.violations.append(v)
         self._world_reported = len(world.violations)
+
+    def _watch_keys(self, world: World) -> None:
+        """Record when a running member's planned keys (its shard manifest's) move to a set no
+        member planned with just before: once per new key set, not once per member."""
+        for m in world.members.values():
+            if not m.alive or m.legacy or not isinstance(m.provider, ShardManifestSync):
+                continue
+            keys = m.provider.keys
+            before = self._keysets.get(m.name)
+            self._keysets[m.name] = keys
+            if before is not None and keys != before and keys != self._keyset:
+                self.key_moves.append(world.now)
+            if before is None or keys != before:
+                self._keyset = keys
 
     def finish(self) -> dict[str, Any]:
         """End-of-run checks and figures."""
@@ -176,7 +197,8 @@ class Checker:
     def _check_publishes(self) -> None:
         """The plan is published about once per change of the fleet, not over and over while
         members disagree: at most 2 + (changes of the member list, moments a member's lagging
-        list moved without it, and disturbances in the last 3 lease durations) versions within
+        list moved without it, new key sets planned with, and disturbances in the last 3 lease
+        durations) versions within
         any 2 lease durations, and at most 4 times a member publishing over another member's
         version in any 20 lease durations without a change of the member list in between (two
         members that both own the chore in their own lists).
@@ -198,7 +220,9 @@ class Checker:
         # chore's owner publishes then, as at any change (once a moment: an event's own refresh
         # of it is that disturbance)
         lagging = sorted(set(world.view_moves) - set(events))
-        changes = truth + events + lagging
+        # a new key set (a shard manifest version taking effect, well after its reshard event:
+        # a sync interval plus a poll interval) is a new plan input too, once per key set
+        changes = truth + events + lagging + self.key_moves
         for i, (at, _) in enumerate(self.publishes):
             recent = [t for t, _ in self.publishes[: i + 1] if t > at - 2 * d]
             allowed = 2 + sum(1 for t in changes if at - 3 * d <= t <= at)

@@ -176,6 +176,12 @@ class ShardManifestSync(ShardSync):
                 keys += stream.keys
         return keys
 
+    @property
+    def keys(self) -> tuple[str, ...]:
+        """The lease keys the manifests in effect here give (what the last round returned)."""
+        with self._lock:
+            return tuple(k for s in self._streams for k in s.keys)
+
     def invalidate(self, stream: str | None = None) -> None:
         """A shard ended here: the chore owner lists again at once (others wait for it)."""
         super().invalidate(stream)
