@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import json
 import logging
+from binascii import crc32 as _crc32
 from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
@@ -91,8 +92,9 @@ class WholeMessages:
     botocore's ``EventStreamBuffer`` appends each piece it is given to an immutable ``bytes``,
     so a message that arrives in n pieces of 64 KiB costs O(n^2) copying (a 10 MB event: about
     1.5 GB). Pieces are gathered here in a ``bytearray`` until the message is whole (its length
-    is in its first 4 bytes), then handed over at once; botocore still checks every prelude,
-    header and CRC. Everything else is the wrapped response's."""
+    is in its first 4 bytes, trusted once the prelude's CRC matches), then handed over at once;
+    botocore still checks every prelude, header and CRC. Everything else is the wrapped
+    response's."""
 
     def __init__(self, raw: Any):
         self.raw = raw
@@ -105,9 +107,10 @@ class WholeMessages:
             pending += piece
             while len(pending) >= _PRELUDE:
                 total = int.from_bytes(pending[:4], "big")
-                if not _SMALLEST <= total <= _LARGEST:
-                    # a length botocore refuses: out of step with the messages from here on, so
-                    # everything else goes over as it comes, for botocore to judge
+                if not _SMALLEST <= total <= _LARGEST or _crc32(pending[:8]) != int.from_bytes(pending[8:12], "big"):
+                    # a length botocore refuses, or a prelude its CRC does not match: out of step
+                    # with the messages from here on, so everything goes over as it comes, for
+                    # botocore to judge (at once: not after a length nobody can trust)
                     yield bytes(pending)
                     yield from pieces
                     return
@@ -119,6 +122,8 @@ class WholeMessages:
             yield bytes(pending)  # a cut-off message: botocore reports it as it would have
 
     def __getattr__(self, name: str) -> Any:
+        if name == "raw":  # not set (never constructed): no recursion through this method
+            raise AttributeError(name)
         return getattr(self.raw, name)
 
 

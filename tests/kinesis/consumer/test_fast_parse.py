@@ -13,7 +13,7 @@ from typing import Any
 
 import boto3
 import pytest
-from botocore.eventstream import EventStreamBuffer, ParserError
+from botocore.eventstream import ChecksumMismatch, EventStreamBuffer, ParserError
 from botocore.exceptions import ClientError
 from botocore.parsers import EventStreamJSONParser, create_parser
 from hypothesis import given, settings
@@ -313,3 +313,32 @@ def test_an_event_larger_than_16_mib_and_the_next_are_both_handed_over_whole() -
     wire = big + small
     assert [len(p) for p in fast_parse.WholeMessages(Pieces(wire, [2**16])).stream()] == [len(big), len(small)]
     assert decoded(fast_parse.WholeMessages(Pieces(wire, [2**16]))) == decoded(Pieces(wire, [2**16]))
+
+
+def test_a_damaged_prelude_is_handed_over_at_once_not_after_the_length_it_claims() -> None:
+    # a prelude whose CRC does not match claims a length nobody can trust: botocore raises
+    # ChecksumMismatch on it at once, so it goes over before another piece is awaited (not
+    # after up to 24 MiB that may never come)
+    good = eventstream.event("SubscribeToShardEvent", {"Records": []})
+    claims = (2**20).to_bytes(4, "big") + good[4:12]  # a valid length, its prelude CRC now wrong
+
+    def stream() -> Iterator[bytes]:
+        yield claims + good[12:]
+        raise AssertionError("read on past a damaged prelude")
+
+    class Body:
+        def stream(self) -> Iterator[bytes]:
+            return stream()
+
+    first = next(iter(fast_parse.WholeMessages(Body()).stream()))
+    assert first == claims + good[12:]
+    buffer = EventStreamBuffer()
+    buffer.add_data(first)
+    with pytest.raises(ChecksumMismatch):
+        next(iter(buffer))
+
+
+def test_a_whole_messages_body_without_its_raw_body_fails_plainly() -> None:
+    body = fast_parse.WholeMessages.__new__(fast_parse.WholeMessages)
+    with pytest.raises(AttributeError):
+        body.close()  # not a RecursionError
