@@ -98,10 +98,12 @@ def boto3_client(args: argparse.Namespace, tally: Tally) -> Callable[[], Any]:
     import boto3
 
     tally.mark("import")
+    lock = threading.Lock()
 
     def client() -> Any:
-        return boto3.client("kinesis", endpoint_url=args.endpoint, region_name="us-east-1",
-                            aws_access_key_id="testing", aws_secret_access_key="testing")
+        with lock:  # boto3's default session is not thread-safe: one client at a time
+            return boto3.client("kinesis", endpoint_url=args.endpoint, region_name="us-east-1",
+                                aws_access_key_id="testing", aws_secret_access_key="testing")
 
     return client
 
