@@ -136,12 +136,13 @@ def main(argv: list[str] | None = None) -> int:
     table = Table(title=f"CPU per record, {args.records:,} records of {args.size} B from 4 shards (best of "
                         f"{args.rounds})")
     for column in ("consumer", "us/record", "steady us/record", "start-up CPU s", "import / clients / first read",
-                   "vs kcl-rs", "vs boto3 loop (of its kind)"):
+                   "GC us/record", "vs kcl-rs", "vs boto3 loop (of its kind)"):
         table.add_column(column)
     for name, r in best.items():
         parts = " / ".join(f"{v:.2f}" for v in r["startup_parts"].values())
+        gc_us = f"{r['gc_cpu_s'] / r['records'] * 1e6:.1f}" if "gc_cpu_s" in r else ""
         table.add_row(name, f"{r['us_per_record']:.1f}", f"{r['steady_us']:.1f}", f"{r['startup_cpu_s']:.2f}", parts,
-                      str(r.get("vs_kcl-rs", "")), str(r.get("vs_boto3-fanout" if name in FANOUT else "vs_boto3", "")))
+                      gc_us, str(r.get("vs_kcl-rs", "")), str(r.get("vs_boto3-fanout" if name in FANOUT else "vs_boto3", "")))
     Console().print(table)
     write_json(args.out, {"records": args.records, "size": args.size, "rounds": args.rounds, "consumers": best})
     plot(best, args.records, args.size, args.plot)

@@ -13,12 +13,13 @@ checkpointing every batch. CPU is this process's (``resource.getrusage``: every 
 Rust ones too); ``startup_cpu_s`` is the CPU spent before the first record reached the
 processor (``startup_parts``: importing the consumer's package, building its clients, and from
 its start to the first record), ``steady_us`` the CPU per record after the first quarter of the
-records.
+records, ``gc_cpu_s`` the part spent in Python's cyclic garbage collector (any thread).
 """
 
 from __future__ import annotations
 
 import argparse
+import gc
 import itertools
 import json
 import resource
@@ -34,6 +35,28 @@ from typing import Any
 def cpu() -> float:
     usage = resource.getrusage(resource.RUSAGE_SELF)
     return usage.ru_utime + usage.ru_stime
+
+
+class GcTime:
+    """CPU spent in CPython's cyclic garbage collector, per generation (``gc.callbacks``):
+    a collection runs in the thread that triggered it, so thread time is its cost."""
+
+    def __init__(self) -> None:
+        self.seconds, self.counts = [0.0, 0.0, 0.0], [0, 0, 0]
+        self._started = 0.0
+        gc.callbacks.append(self._callback)
+
+    def _callback(self, phase: str, info: dict[str, int]) -> None:
+        if phase == "start":
+            self._started = time.thread_time()
+        else:
+            generation = info["generation"]
+            self.seconds[generation] += time.thread_time() - self._started
+            self.counts[generation] += 1
+
+    def report(self) -> dict[str, Any]:
+        return {"gc_cpu_s": round(sum(self.seconds), 3), "gc_collections": self.counts,
+                "gc_cpu_s_by_generation": [round(s, 3) for s in self.seconds]}
 
 
 class Tally:
@@ -209,6 +232,7 @@ def main() -> int:
     if args.consumer.startswith("ours"):  # this repository's package (the peers' venvs run without it)
         sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
     wall = time.monotonic()
+    gc_time = GcTime()
     tally = Tally(args.records)
     started = tally.marks[0][1]
     {"ours": run_ours, "boto3": run_boto3, "kcl-rs": run_kcl_rs, "ours-fanout": run_ours,
@@ -224,6 +248,7 @@ def main() -> int:
         "startup_cpu_s": round(tally.first_cpu - started, 3), "startup_parts": tally.startup_parts(),
         "us_per_record": round((end - started) / tally.n * 1e6, 2),
         "steady_us": round((end - quarter_cpu) / max(1, tally.n - quarter_n) * 1e6, 2),
+        **gc_time.report(),
     }))
     return 0
 
