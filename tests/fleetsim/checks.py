@@ -65,8 +65,7 @@ class Checker:
     key_moves: list[float] = field(default_factory=list)
     """When a running member first planned with a new set of keys (a shard manifest version
     taking effect ``poll_interval`` after its publish: a reshard's children): a plan input."""
-    _keysets: dict[str, tuple[str, ...]] = field(default_factory=dict)
-    _keyset: tuple[str, ...] | None = None
+    _keysets_seen: set[tuple[str, ...]] = field(default_factory=set)
     _plan_version: str = ""
     _list_version: str = ""
     _writes: int = -1
@@ -148,18 +147,18 @@ class Checker:
         self._world_reported = len(world.violations)
 
     def _watch_keys(self, world: World) -> None:
-        """Record when a running member's planned keys (its shard manifest's) move to a set no
-        member planned with just before: once per new key set, not once per member."""
+        """Record when a running member plans with a key set (its shard manifest's) that no
+        member planned with before in this run: once per new key set, not once per member. A
+        member that starts (nothing planned yet) or reads a set planned before adds nothing:
+        its start is a disturbance of its own."""
         for m in world.members.values():
             if not m.alive or m.legacy or not isinstance(m.provider, ShardManifestSync):
                 continue
             keys = m.provider.keys
-            before = self._keysets.get(m.name)
-            self._keysets[m.name] = keys
-            if before is not None and keys != before and keys != self._keyset:
-                self.key_moves.append(world.now)
-            if before is None or keys != before:
-                self._keyset = keys
+            if keys and keys not in self._keysets_seen:
+                if self._keysets_seen:  # not the run's first set
+                    self.key_moves.append(world.now)
+                self._keysets_seen.add(keys)
 
     def finish(self) -> dict[str, Any]:
         """End-of-run checks and figures."""
