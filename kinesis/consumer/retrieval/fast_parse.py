@@ -77,13 +77,20 @@ except ImportError:  # pragma: no cover - another botocore: its documented 2019 
     _PRELUDE_LENGTH, _MAX_HEADERS_LENGTH, _MAX_PAYLOAD_LENGTH = 12, 128 * 1024, 16 * 1024 * 1024
 _PRELUDE = _PRELUDE_LENGTH  # total length (4 bytes), headers length (4), prelude CRC (4)
 _SMALLEST = _PRELUDE + 4  # and a CRC of the whole message
-_LARGEST = _SMALLEST + _MAX_HEADERS_LENGTH + _MAX_PAYLOAD_LENGTH
 
 
 def _whole_messages(response_dict: dict[str, Any], **_: Any) -> None:
     body = response_dict.get("body")
     if response_dict.get("status_code") == 200 and callable(getattr(body, "stream", None)):
         response_dict["body"] = WholeMessages(body)
+
+
+def _refused(pending: bytearray, total: int) -> bool:
+    """Whether botocore refuses the prelude ``pending`` starts with as soon as it sees it: its
+    CRC does not match, or its headers or its payload are over botocore's limits."""
+    headers = int.from_bytes(pending[4:8], "big")
+    return (_crc32(pending[:8]) != int.from_bytes(pending[8:12], "big")
+            or headers > _MAX_HEADERS_LENGTH or not 0 <= total - headers - _SMALLEST <= _MAX_PAYLOAD_LENGTH)
 
 
 class WholeMessages:
@@ -107,10 +114,10 @@ class WholeMessages:
             pending += piece
             while len(pending) >= _PRELUDE:
                 total = int.from_bytes(pending[:4], "big")
-                if not _SMALLEST <= total <= _LARGEST or _crc32(pending[:8]) != int.from_bytes(pending[8:12], "big"):
-                    # a length botocore refuses, or a prelude its CRC does not match: out of step
-                    # with the messages from here on, so everything goes over as it comes, for
-                    # botocore to judge (at once: not after a length nobody can trust)
+                if _refused(pending, total):
+                    # botocore raises on this prelude: out of step with the messages from here
+                    # on, so everything goes over as it comes, for botocore to judge (at once:
+                    # not after a length nobody can trust)
                     yield bytes(pending)
                     yield from pieces
                     return

@@ -338,6 +338,33 @@ def test_a_damaged_prelude_is_handed_over_at_once_not_after_the_length_it_claims
         next(iter(buffer))
 
 
+@pytest.mark.parametrize(("headers", "payload", "error"), [
+    (10, 24 * 2**20 + 1, "InvalidPayloadLength"),  # the total is under headers + payload limits
+    (128 * 2**10 + 1, 10, "InvalidHeadersLength"),
+])
+def test_a_prelude_over_one_of_botocores_limits_is_handed_over_at_once(headers: int, payload: int, error: str) -> None:
+    # botocore checks the headers and the payload each against its own limit, not their sum
+    import binascii
+
+    start = (headers + payload + 16).to_bytes(4, "big") + headers.to_bytes(4, "big")
+    prelude = start + binascii.crc32(start).to_bytes(4, "big")
+
+    def stream() -> Iterator[bytes]:
+        yield prelude + bytes(100)
+        raise AssertionError("read on past a prelude botocore refuses")
+
+    class Body:
+        def stream(self) -> Iterator[bytes]:
+            return stream()
+
+    first = next(iter(fast_parse.WholeMessages(Body()).stream()))
+    buffer = EventStreamBuffer()
+    buffer.add_data(first)
+    with pytest.raises(ParserError) as raised:
+        next(iter(buffer))
+    assert type(raised.value).__name__ == error
+
+
 def test_a_whole_messages_body_without_its_raw_body_fails_plainly() -> None:
     body = fast_parse.WholeMessages.__new__(fast_parse.WholeMessages)
     with pytest.raises(AttributeError):
