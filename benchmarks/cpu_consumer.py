@@ -54,6 +54,11 @@ class GcTime:
             self.seconds[generation] += time.thread_time() - self._started
             self.counts[generation] += 1
 
+    def stop(self) -> None:
+        """Count no collection from now on (the consumer's stop is not counted)."""
+        if self._callback in gc.callbacks:
+            gc.callbacks.remove(self._callback)
+
     def report(self) -> dict[str, Any]:
         return {"gc_cpu_s": round(sum(self.seconds), 3), "gc_collections": self.counts,
                 "gc_cpu_s_by_generation": [round(s, 3) for s in self.seconds]}
@@ -70,6 +75,8 @@ class Tally:
         self.done = threading.Event()
         self._lock = threading.Lock()
         self.marks: list[tuple[str, float]] = [("start", cpu())]
+        self.on_done: list[Callable[[], None]] = []
+        """Called once, when the last record is counted (before the consumer stops)."""
 
     def mark(self, name: str) -> None:
         """Notes the CPU at the end of a start-up step (``name``)."""
@@ -91,6 +98,8 @@ class Tally:
                 self.quarter = (cpu(), self.n)
             if self.n >= self.total and self.done_cpu is None:
                 self.done_cpu = cpu()  # the reading is done: its stop is not counted
+                for hook in self.on_done:
+                    hook()
                 self.done.set()
 
 
@@ -234,6 +243,7 @@ def main() -> int:
     wall = time.monotonic()
     gc_time = GcTime()
     tally = Tally(args.records)
+    tally.on_done.append(gc_time.stop)
     started = tally.marks[0][1]
     {"ours": run_ours, "boto3": run_boto3, "kcl-rs": run_kcl_rs, "ours-fanout": run_ours,
      "boto3-fanout": run_boto3_fanout}[args.consumer](args, tally)
