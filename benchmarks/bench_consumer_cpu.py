@@ -13,9 +13,14 @@ loop measured in the same run (the server's CPU is not counted: it is another pr
 Enhanced Fan-Out the same way (``ours-fanout``, ``boto3-fanout``), through
 ``tests/support/fanout_endpoint.py`` in this process, compared with each other.
 
+``ours-gc10k`` (only when named in ``--only``): ours in a process whose application raised
+the GC's young-generation threshold, beside ``ours``.
+
 Writes benchmarks/results/consumer_cpu.json and docs/img/consumer_cpu.png.
 
     .venv/bin/python benchmarks/bench_consumer_cpu.py [--records 100000] [--size 1024] [--rounds 1]
+    .venv/bin/python benchmarks/bench_consumer_cpu.py --only ours,ours-gc10k --rounds 2 \
+        --out benchmarks/results/consumer_cpu_gc.json --plot /tmp/consumer_cpu_gc.png
 """
 
 from __future__ import annotations
