@@ -97,8 +97,9 @@ def plot(best: dict[str, dict[str, Any]], records: int, size: int, path: Path) -
     for offset, (baseline, factor, label) in zip((0.0, 0.25), targets, strict=True):  # staggered labels
         if baseline in best and polling:
             x = best[baseline]["us_per_record"] * factor
-            top, bottom = min(polling) - 0.5, max(polling) + 0.5
-            ax.plot([x, x], [top, bottom], color="grey", linestyle=":", linewidth=1)
+            for row in polling:  # row by row: --only may put other consumers between them
+                ax.plot([x, x], [row - 0.5, row + 0.5], color="grey", linestyle=":", linewidth=1)
+            top = min(polling) - 0.5
             ax.text(x, top - 0.05 - offset, label, fontsize=7, ha="center", va="bottom")
     ax.invert_yaxis()
     ax.set_xlabel(f"CPU us per record ({records:,} records of {size:,} bytes, consumer process only)")
