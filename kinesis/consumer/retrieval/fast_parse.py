@@ -73,8 +73,8 @@ def install(client: Any) -> None:
 
 try:  # botocore's own limits: a length it refuses is handed over at once, for its own error
     from botocore.eventstream import _MAX_HEADERS_LENGTH, _MAX_PAYLOAD_LENGTH, _PRELUDE_LENGTH
-except ImportError:  # pragma: no cover - another botocore: its documented 2019 limits
-    _PRELUDE_LENGTH, _MAX_HEADERS_LENGTH, _MAX_PAYLOAD_LENGTH = 12, 128 * 1024, 16 * 1024 * 1024
+except ImportError:  # pragma: no cover - another botocore: the limits of botocore 1.44
+    _PRELUDE_LENGTH, _MAX_HEADERS_LENGTH, _MAX_PAYLOAD_LENGTH = 12, 128 * 1024, 24 * 1024 * 1024
 _PRELUDE = _PRELUDE_LENGTH  # total length (4 bytes), headers length (4), prelude CRC (4)
 _SMALLEST = _PRELUDE + 4  # and a CRC of the whole message
 
@@ -86,8 +86,10 @@ def _whole_messages(response_dict: dict[str, Any], **_: Any) -> None:
 
 
 def _refused(pending: bytearray, total: int) -> bool:
-    """Whether botocore refuses the prelude ``pending`` starts with as soon as it sees it: its
-    CRC does not match, or its headers or its payload are over botocore's limits."""
+    """Whether no message can be cut by the prelude ``pending`` starts with: botocore refuses
+    it as soon as it sees it (its CRC does not match, or its headers or its payload are over
+    botocore's limits), or its lengths cannot frame a message (a total shorter than its
+    headers and the 16 bytes around them: botocore fails on it later, the same way)."""
     headers = int.from_bytes(pending[4:8], "big")
     return (_crc32(pending[:8]) != int.from_bytes(pending[8:12], "big")
             or headers > _MAX_HEADERS_LENGTH or not 0 <= total - headers - _SMALLEST <= _MAX_PAYLOAD_LENGTH)
@@ -115,9 +117,9 @@ class WholeMessages:
             while len(pending) >= _PRELUDE:
                 total = int.from_bytes(pending[:4], "big")
                 if _refused(pending, total):
-                    # botocore raises on this prelude: out of step with the messages from here
-                    # on, so everything goes over as it comes, for botocore to judge (at once:
-                    # not after a length nobody can trust)
+                    # no message can be cut here: out of step with the messages from here on,
+                    # so everything goes over as it comes, for botocore to judge (at once: not
+                    # after a length nobody can trust)
                     yield bytes(pending)
                     yield from pieces
                     return
