@@ -65,7 +65,7 @@ class Checker:
     key_moves: list[float] = field(default_factory=list)
     """When a running member first planned with a new set of keys (a shard manifest version
     taking effect ``poll_interval`` after its publish: a reshard's children): a plan input."""
-    _keysets_seen: set[tuple[str, ...]] = field(default_factory=set)
+    _keysets_seen: set[frozenset[str]] = field(default_factory=set)
     _plan_version: str = ""
     _list_version: str = ""
     _writes: int = -1
@@ -148,13 +148,14 @@ class Checker:
 
     def _watch_keys(self, world: World) -> None:
         """Record when a running member plans with a key set (its shard manifest's) that no
-        member planned with before in this run: once per new key set, not once per member. A
-        member that starts (nothing planned yet) or reads a set planned before adds nothing:
+        member planned with before in this run: once per new key set, not once per member,
+        at its first adoption (the chore owner's, which publishes for it, is usually within a
+        manifest poll of it). A member that starts adds nothing unless its first set is new:
         its start is a disturbance of its own."""
         for m in world.members.values():
             if not m.alive or m.legacy or not isinstance(m.provider, ShardManifestSync):
                 continue
-            keys = m.provider.keys
+            keys = frozenset(m.provider.keys)
             if keys and keys not in self._keysets_seen:
                 if self._keysets_seen:  # not the run's first set
                     self.key_moves.append(world.now)
