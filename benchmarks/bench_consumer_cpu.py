@@ -14,7 +14,7 @@ Enhanced Fan-Out the same way (``ours-fanout``, ``boto3-fanout``), through
 ``tests/support/fanout_endpoint.py`` in this process, compared with each other.
 
 ``ours-gc10k`` (only when named in ``--only``): ours in a process whose application raised
-the GC's young-generation threshold, beside ``ours``.
+the GC's thresholds, beside ``ours``.
 
 Writes benchmarks/results/consumer_cpu.json and docs/img/consumer_cpu.png.
 

@@ -8,7 +8,7 @@ the standard credential chain), checkpointing every batch.
 ``boto3``: a plain GetShardIterator/GetRecords loop per shard (one thread each), no leases, no
 checkpoints. ``ours-fanout`` and ``boto3-fanout``: the same with Enhanced Fan-Out
 (SubscribeToShard, a stream consumer registered first; botocore parses the event stream).
-``ours-gc10k``: ours in a process that raised the GC's young-generation threshold
+``ours-gc10k``: ours in a process that raised the GC's thresholds
 (``gc.set_threshold(10_000, 20, 20)``: an application's setting).
 ``kcl-rs``: the Rust port of AWS's KCL (run with its own venv's Python),
 checkpointing every batch. CPU is this process's (``resource.getrusage``: every thread, the
@@ -242,7 +242,7 @@ def main() -> int:
     args = p.parse_args()
     if args.consumer.startswith("ours"):  # this repository's package (the peers' venvs run without it)
         sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-    if args.consumer == "ours-gc10k":  # an application's choice, not the SDK's: a larger young generation
+    if args.consumer == "ours-gc10k":  # an application's choice, not the SDK's: larger GC thresholds
         gc.set_threshold(10_000, 20, 20)
     wall = time.monotonic()
     gc_time = GcTime()
