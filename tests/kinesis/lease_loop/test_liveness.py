@@ -109,8 +109,16 @@ def test_a_second_process_under_the_same_member_id_makes_the_first_refuse_to_run
 # --- the published plan: a corrupt head, and two members that both own its chore ----------------
 
 
+PLAN_HEAD = "__manifest__#plan"
+
+
 def plan_head(memory: MemoryDynamoDB) -> dict[str, Any] | None:
-    return memory.item("__manifest__#plan")
+    return memory.item(PLAN_HEAD)
+
+
+def corrupt_plan_head(memory: MemoryDynamoDB) -> None:
+    """Replace the plan's head row with one nobody can read."""
+    memory.corrupt(PLAN_HEAD, {"leaseKey": {"S": PLAN_HEAD}, "garbage": {"S": "x"}})
 
 
 def test_a_corrupt_plan_head_is_replaced_by_the_chore_owner() -> None:
@@ -123,7 +131,7 @@ def test_a_corrupt_plan_head_is_replaced_by_the_chore_owner() -> None:
     head = plan_head(memory)
     assert head is not None
     before = int(head["version"]["N"])
-    memory.corrupt("__manifest__#plan", {"leaseKey": {"S": "__manifest__#plan"}, "garbage": {"S": "x"}})
+    corrupt_plan_head(memory)
     fleet.add("d")  # a change: every member follows the head again
     settle(fleet)
     head = plan_head(memory)
@@ -147,7 +155,7 @@ def test_a_corrupt_plan_head_is_replaced_without_any_change_of_the_member_list()
     head = plan_head(memory)
     assert head is not None
     before = int(head["version"]["N"])
-    memory.corrupt("__manifest__#plan", {"leaseKey": {"S": "__manifest__#plan"}, "garbage": {"S": "x"}})
+    corrupt_plan_head(memory)
     rounds_until(fleet, lambda: "version" in (plan_head(memory) or {}), limit=OWNER_RECHECK_TICKS + 4)
     head = plan_head(memory)
     assert head is not None and int(head["version"]["N"]) > before
@@ -179,8 +187,8 @@ def test_a_plan_head_rebuilt_by_a_new_process_is_followed_by_members_with_a_newe
     assert head is not None
     before = int(head["version"]["N"])
     owner = chore_owners(PLAN_CHORE, fleet.member_list)[0]
-    memory.corrupt("__manifest__#plan", None if damage == "deleted"
-                   else {"leaseKey": {"S": "__manifest__#plan"}, "garbage": {"S": "x"}})
+    memory.corrupt(PLAN_HEAD, None if damage == "deleted"
+                   else {"leaseKey": {"S": PLAN_HEAD}, "garbage": {"S": "x"}})
     first = fleet.coordinators[owner]
     fleet.add(owner)  # a second process under the chore owner's id: the first refuses to run
     rounds_until(fleet, lambda: (first.tick(), first.status().stopping)[1], limit=4)
@@ -206,7 +214,7 @@ class OldestPlanHead:
         self.reads = 0
 
     def __call__(self, key: str, versions: int) -> int:
-        if not self.on or key != "__manifest__#plan":
+        if not self.on or key != PLAN_HEAD:
             return 0
         self.reads += 1
         return versions - 1
@@ -231,7 +239,7 @@ def test_a_stale_read_of_no_plan_head_does_not_stop_its_publisher_watching_it() 
     settle(fleet, OWNER_RECHECK_TICKS + 2)  # the publisher's recheck reads the head: stale, none
     assert stale.reads
     stale.on = False
-    memory.corrupt("__manifest__#plan", {"leaseKey": {"S": "__manifest__#plan"}, "garbage": {"S": "x"}})
+    corrupt_plan_head(memory)
     rounds_until(fleet, lambda: "version" in (plan_head(memory) or {}), limit=OWNER_RECHECK_TICKS + 4)
     head = plan_head(memory)
     assert head is not None and int(head["version"]["N"]) > before
@@ -253,7 +261,7 @@ def test_a_corrupt_plan_head_is_rebuilt_one_settling_window_after_a_survivor_see
     assert head is not None
     before, publisher = int(head["version"]["N"]), head["owner"]["S"]
     fleet.crash(publisher)  # stays listed: the chore stays its own
-    memory.corrupt("__manifest__#plan", {"leaseKey": {"S": "__manifest__#plan"}, "garbage": {"S": "x"}})
+    corrupt_plan_head(memory)
     backstop = int(PLAN_RECHECK * fleet.lease_duration / fleet.tick_interval)
     rounds_until(fleet, lambda: "version" in (plan_head(memory) or {}), limit=backstop + SETTLE_TICKS + 2)
     head = plan_head(memory)
@@ -265,15 +273,14 @@ def test_a_plan_head_nobody_can_repair_is_read_once_a_settling_window_not_every_
     # that saw it reads it again once a settling window, not on every tick after the first
     from kinesis.lease_loop.plan import SETTLE_TICKS
 
-    head_key = "__manifest__#plan"
     denied = False
     reads: list[str] = []
 
     def faults(operation: str, request: dict[str, Any]) -> Fault | None:
-        if operation == "GetItem" and head_key in repr(request):
+        if operation == "GetItem" and PLAN_HEAD in repr(request):
             reads.append(operation)
         writes = operation in ("PutItem", "UpdateItem", "DeleteItem", "TransactWriteItems")
-        if denied and writes and head_key in repr(request):
+        if denied and writes and PLAN_HEAD in repr(request):
             return Fault.denied()
         return None
 
@@ -281,7 +288,7 @@ def test_a_plan_head_nobody_can_repair_is_read_once_a_settling_window_not_every_
     fleet = Fleet(memory_table(memory), KEYS, ["a", "b", "c"], reads="scoped")
     settle(fleet)
     denied = True
-    memory.corrupt(head_key, {"leaseKey": {"S": head_key}, "garbage": {"S": "x"}})
+    corrupt_plan_head(memory)
     rounds_until(fleet, lambda: bool(reads), limit=200)  # someone saw it unreadable
     reads.clear()
     windows = 12
