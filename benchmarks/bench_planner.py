@@ -29,7 +29,6 @@ import argparse
 import json
 import platform
 import resource
-import subprocess
 import sys
 import time
 from collections.abc import Callable, Mapping
@@ -54,7 +53,7 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from benchmarks.report import write_json  # noqa: E402
+from benchmarks.report import case_in_subprocess, write_json  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parent / "results"
 LOOKUP_TARGET = 1_000_000
@@ -212,10 +211,7 @@ def run_case(n_keys: int, n_members: int, replicas: int, baseline: bool) -> dict
 
 
 def in_subprocess(n_keys: int, n_members: int, replicas: int, baseline: bool) -> dict[str, Any]:
-    cmd = [sys.executable, __file__, "--case", f"{n_keys},{n_members},{replicas},{int(baseline)}"]
-    done = subprocess.run(cmd, capture_output=True, text=True, check=True, cwd=ROOT)
-    result: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
-    return result
+    return case_in_subprocess(__file__, f"{n_keys},{n_members},{replicas},{int(baseline)}", ROOT)
 
 
 def fit(cases: list[dict[str, Any]], field: str) -> dict[str, float] | None:

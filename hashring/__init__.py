@@ -10,6 +10,7 @@ from hashring.errors import (
     ConfigurationError,
     HashRingError,
     InvalidKeyError,
+    InvalidLoadsError,
     InvalidMembersError,
     InvalidReplicasError,
     InvalidWeightsError,
@@ -18,6 +19,7 @@ from hashring.errors import (
     UnknownStrategyError,
 )
 from hashring.hashing import key_hash, member_hash, string_key_hash
+from hashring.loads import LoadReport, balance_loads, load_report
 from hashring.membership import KubernetesMembership, Membership, StaticMembership
 from hashring.placement import STRATEGIES, chore_owners, owners_of
 from hashring.ring import HashRing, Role
@@ -32,18 +34,22 @@ __all__ = [
     "HashRing",
     "HashRingError",
     "InvalidKeyError",
+    "InvalidLoadsError",
     "InvalidMembersError",
     "InvalidReplicasError",
     "InvalidWeightsError",
     "KubernetesMembership",
+    "LoadReport",
     "Membership",
     "MembershipError",
     "MembershipUnavailableError",
     "Role",
     "StaticMembership",
     "UnknownStrategyError",
+    "balance_loads",
     "chore_owners",
     "key_hash",
+    "load_report",
     "member_hash",
     "owners_of",
     "plan_assignment",

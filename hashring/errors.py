@@ -32,6 +32,10 @@ class InvalidWeightsError(ConfigurationError):
     """A weight is missing, not a number, or not strictly positive."""
 
 
+class InvalidLoadsError(ConfigurationError):
+    """A key's load is not a finite number >= 0, or the load tolerance is not in (0, 1)."""
+
+
 class InvalidKeyError(ConfigurationError):
     """A key (consumer name, shard id, or planner key) is not a usable string."""
 
