@@ -114,6 +114,7 @@ class Fleet:
         *,
         lease_duration: float = 3.0,
         manual_handoffs: bool = False,
+        member_kwargs: Callable[[str, Fleet], dict[str, Any]] | None = None,
         **coordinator_kwargs: Any,
     ):
         self.table = table
@@ -122,6 +123,7 @@ class Fleet:
         self.lease_duration = lease_duration
         self.manual = manual_handoffs
         self.kwargs = coordinator_kwargs
+        self.member_kwargs = member_kwargs  # each member's own coordinator arguments
         self.processing = Processing(self._holds)
         self.coordinators: dict[str, LeaseCoordinator] = {}
         self.listeners: dict[str, FleetListener] = {}
@@ -152,6 +154,7 @@ class Fleet:
             lease_duration=self.lease_duration,
             clock=self.clock,
             **self.kwargs,
+            **(self.member_kwargs(member, self) if self.member_kwargs is not None else {}),
         )
         self.coordinators[member] = coordinator
         self.listeners[member] = listener

@@ -81,7 +81,8 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, replace
 from typing import Unpack
 
-from hashring import Assignment, Membership
+from hashring import Assignment, LoadReport, Membership
+from hashring.loads import DEFAULT_TOLERANCE
 from kinesis.errors import ConfigurationError, DuplicateMemberIdError
 from kinesis.lease_loop.decisions import adoptions, recoveries, takes
 from kinesis.lease_loop.holder import Held, LeaseHolder, WritePool
@@ -100,7 +101,7 @@ from kinesis.lease_loop.membership import MemberList
 from kinesis.lease_loop.observations import Observations
 from kinesis.lease_loop.plan import DOCUMENT, PublishedPlan
 from kinesis.lease_loop.round_reads import Planner, RoundReads, RoundView, ScopedReads
-from kinesis.lease_loop.settings import CoordinatorSettings, ResourceKeys
+from kinesis.lease_loop.settings import CoordinatorSettings, LoadBalancing, ResourceKeys
 from kinesis.lease_loop.table.leases import LeaseTable
 from kinesis.lease_loop.table.manifests import ManifestStore
 from kinesis.lease_loop.table.model import TRIM_HORIZON, Checkpoint, Lease
@@ -359,6 +360,9 @@ class LeaseCoordinator:
             the members it watches (default ``lease_duration / 2``: a crashed member still
             listed is taken over within a lease duration, that interval and a light round
             of its last session renewal; one tick takes over sooner at 1.5x the reads).
+        load_balancing: scoped reads: balance leases by what they cost
+            (:class:`~kinesis.lease_loop.settings.LoadBalancing`: the loads' source, the
+            interval, the tolerance); default: by count.
         clock: the monotonic clock expiry is measured on (inject a FakeClock in tests;
             :meth:`start` still schedules ticks in real time).
     """
@@ -382,6 +386,7 @@ class LeaseCoordinator:
         reads: str = "scan",
         sweep_interval: float | None = None,
         backup_check_interval: float | None = None,
+        load_balancing: LoadBalancing | None = None,
         clock: Clock = MONOTONIC,
         **durations: Unpack[Durations],
     ):
@@ -391,6 +396,7 @@ class LeaseCoordinator:
             initial_checkpoint=initial_checkpoint, drive_membership=drive_membership,
             warmup_ticks=warmup_ticks, write_threads=write_threads, timing=timing, reads=reads,
             sweep_interval=sweep_interval, backup_check_interval=backup_check_interval,
+            load_balancing=load_balancing,
         )
         self.membership, self.listener, self.clock = membership, s.listener, clock
         self.member_id = me = membership.self_id
@@ -414,9 +420,14 @@ class LeaseCoordinator:
         self._obs = Observations(me)  # the rest is touched by the round only
         self._members = MemberList(membership, s.drive, me, self._count, clock, self._obs.membership)
         self._scoped = ScopedReads(me)  # what a scoped round reads (no I/O)
+        balancing = self.load_balancing = s.load_balancing
         published = PublishedPlan(ManifestStore(table, DOCUMENT) if s.reads == "scoped" else None, me, self._count,
-                                  lambda member, version: self._holder.table.tell_plan_version(member, version))
-        planner = Planner(me, s.replicas, s.weights, self._scoped if s.reads == "scoped" else None, published)
+                                  lambda member, version: self._holder.table.tell_plan_version(member, version),
+                                  tolerance=balancing.tolerance if balancing is not None else DEFAULT_TOLERANCE)
+        if balancing is not None:  # loads ride on the session row, fresh for each interval's read
+            self._holder.load_source, self._holder.load_every = balancing.source, balancing.interval / 2
+        planner = Planner(me, s.replicas, s.weights, self._scoped if s.reads == "scoped" else None, published,
+                          balancing, lambda members: self._holder.table.read_rows((), members)[1])
         self._reads = RoundReads(me, s, self._holder, self._members, ResourceKeys(s.resources, me, self._count),
                                  self._obs, self._scoped, planner, self._record, clock)
         self._acquisitions = Acquisitions(self._holder, self._listener, self._pool, me, s.initial_checkpoint)
@@ -516,6 +527,11 @@ class LeaseCoordinator:
     def last_plan(self) -> Assignment | None:
         """The plan computed on the last tick (None if none could be made)."""
         return self._reads.last_plan
+
+    def load_report(self) -> LoadReport | None:
+        """How the published plan spreads load (each member's load and fair share, the hot
+        keys); None under a count plan (no ``load_balancing``, or a member reports no loads)."""
+        return self._reads._planner.published.load_report()
 
     @property
     def counters(self) -> Mapping[str, int]:

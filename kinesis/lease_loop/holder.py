@@ -44,7 +44,7 @@ import math
 import threading
 import uuid
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -52,7 +52,7 @@ from kinesis.errors import DuplicateMemberIdError, KinesisHashRingError, LeaseLo
 from kinesis.lease_loop.decisions import Offer
 from kinesis.lease_loop.lease_listener import COUNTER_NAMES, Completion, completion_done
 from kinesis.lease_loop.table.leases import LeaseTable
-from kinesis.lease_loop.table.model import Checkpoint, Lease, LeaseState
+from kinesis.lease_loop.table.model import Checkpoint, Lease, LeaseState, encode_loads
 from kinesis.lease_loop.timing import Clock, LeaseTiming
 
 
@@ -173,6 +173,11 @@ class LeaseHolder:
         self._session_lock = threading.Lock()
         self.plan_version = 0
         """The published plan this member plans from, recorded in its session row (set by the round)."""
+        self.load_source: Callable[[], Mapping[str, float]] | None = None
+        """What each held lease costs (set by the coordinator when it balances by load)."""
+        self.load_every = math.inf
+        """Seconds between two renewals that carry the loads (the others leave them as they are)."""
+        self._loads_sent = -math.inf  # send time of the last renewal that carried loads
         self.refused: DuplicateMemberIdError | None = None
         """Set when another process took this member id over: this process refuses to run."""
         self._inbox: frozenset[str] = frozenset()  # offers to this member, as its last renewal read them
@@ -364,9 +369,11 @@ class LeaseHolder:
                 previous = self._session_counter
                 handled = frozenset(self._handled)
                 token = self.session
+            loads = self._loads_due(sent)
             try:
                 row = self.table.renew_session(self._me, token, previous, plan_version=self.plan_version,
-                                               handled=handled if previous is not None else frozenset())
+                                               handled=handled if previous is not None else frozenset(),
+                                               **({"loads": loads} if loads is not None else {}))
             except DuplicateMemberIdError as exc:
                 with self.lock:
                     self.refused = exc
@@ -397,6 +404,8 @@ class LeaseHolder:
                     self._epoch += 1
                     self._chain_until = counted_from + self._timing.validity
                 self._uncertain = None
+                if loads is not None:
+                    self._loads_sent = sent
                 self._session_counter = row.counter
                 if previous is not None:
                     self._handled -= handled
@@ -404,6 +413,18 @@ class LeaseHolder:
                 self.members_version = max(self.members_version, row.members_version)
                 self.plan_told = max(self.plan_told, row.plan_told)
                 self._session_sent = max(self._session_sent, sent)
+
+    def _loads_due(self, now: float) -> bytes | None:
+        """The loads to write with this renewal: once per :attr:`load_every` (None otherwise,
+        or when measuring fails: it is logged, and the renewal goes ahead without them)."""
+        source = self.load_source
+        if source is None or now - self._loads_sent < self.load_every:
+            return None
+        try:
+            return encode_loads(source())
+        except Exception as exc:  # a measurement must never stop a renewal
+            log.warning("%s: could not measure its loads: %s: %s", self._me, type(exc).__name__, exc)
+            return None
 
     def end_session(self) -> None:
         """Delete the session row, if one was written (a graceful stop; errors ignored: it

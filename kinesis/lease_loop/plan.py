@@ -59,7 +59,16 @@ from dataclasses import dataclass, replace
 
 from botocore.exceptions import BotoCoreError, ClientError
 
-from hashring import Assignment, chore_owners, plan_assignment, stable_assignment
+from hashring import (
+    Assignment,
+    LoadReport,
+    balance_loads,
+    chore_owners,
+    load_report,
+    plan_assignment,
+    stable_assignment,
+)
+from hashring.loads import DEFAULT_TOLERANCE
 from kinesis.errors import KinesisHashRingError
 from kinesis.lease_loop.table.manifests import (
     ManifestConflictError,
@@ -91,32 +100,49 @@ OWNER_RECHECK_TICKS = 10
 pending; an unreadable head is then replaced by it or the chore's next owner): one small read."""
 
 
+Loads = Mapping[str, float]
+"""Key -> measured load (:func:`hashring.balance_loads`)."""
+
+
 @dataclass(frozen=True)
 class Baseline:
-    """A published plan: its version, the digest of its payload, and each key's owner."""
+    """A published plan: its version, the digest of its payload, each key's owner, and the
+    loads it was balanced with (None: a count plan)."""
 
     version: int
     digest: str
     owners: Mapping[str, str]
+    loads: Loads | None = None
 
 
-def encode(plan: Assignment) -> bytes:
-    """The canonical payload of ``plan``'s primaries (keys sorted; owners as member indexes)."""
+def encode(plan: Assignment, loads: Loads | None = None) -> bytes:
+    """The canonical payload of ``plan``'s primaries (keys sorted; owners as member indexes)
+    and, for a load plan, the loads it was balanced with (null: a key not measured)."""
     index = {m: i for i, m in enumerate(plan.members)}
     keys = sorted(plan.owners)
-    doc = {"format": FORMAT, "members": list(plan.members), "keys": keys,
-           "owners": [index[plan.owners[k][0]] for k in keys]}
+    doc: dict[str, object] = {"format": FORMAT, "members": list(plan.members), "keys": keys,
+                              "owners": [index[plan.owners[k][0]] for k in keys]}
+    if loads is not None:
+        doc["loads"] = [loads.get(k) for k in keys]
     return json.dumps(doc, separators=(",", ":")).encode()
 
 
-def decode(payload: bytes, where: str) -> dict[str, str]:
-    """Key -> owner of a payload; :class:`ManifestCorruptError` (naming ``where``) if malformed."""
+def decode(payload: bytes, where: str) -> tuple[dict[str, str], Loads | None]:
+    """(key -> owner, key -> load or None) of a payload; :class:`ManifestCorruptError`
+    (naming ``where``) if malformed."""
     try:
         doc = json.loads(payload)
         members, keys, owners = doc["members"], doc["keys"], doc["owners"]
         if doc["format"] != FORMAT or len(keys) != len(owners):
             raise ValueError(f"format {doc['format']!r}, {len(keys)} keys, {len(owners)} owners")
-        return {str(k): str(members[i]) for k, i in zip(keys, owners, strict=True)}
+        loads = None
+        if doc.get("loads") is not None:
+            if len(doc["loads"]) != len(keys):
+                raise ValueError(f"{len(doc['loads'])} loads for {len(keys)} keys")
+            loads = {str(k): float(v) for k, v in zip(keys, doc["loads"], strict=True) if v is not None}
+            if any(not math.isfinite(v) or v < 0 for v in loads.values()):
+                raise ValueError("a load is not a finite number >= 0")
+        return {str(k): str(members[i]) for k, i in zip(keys, owners, strict=True)}, loads
     except (ValueError, KeyError, TypeError, IndexError) as exc:
         raise ManifestCorruptError(where, f"plan unreadable ({exc!r}): the chore owner publishes a new one") from exc
 
@@ -126,14 +152,19 @@ class PublishedPlan:
 
     def __init__(self, store: ManifestStore | None, member_id: str,
                  count: Callable[[str], None] = lambda name: None,
-                 tell: Callable[[str, int], bool] | None = None):
+                 tell: Callable[[str, int], bool] | None = None, *, tolerance: float = DEFAULT_TOLERANCE):
         self._store = store
+        self.tolerance = tolerance
         self._me = member_id
         self._tell = tell  # records a rebuilt head's version on a member's session row
         self._count = count  # the coordinator's counters: plans_published, plan_errors
         self.baseline: Baseline | None = None
         self._plan: tuple[tuple[object, ...], Assignment] | None = None
         self._encoded: tuple[Assignment, bytes, str] | None = None
+        self._plan_loads: tuple[Assignment, Loads | None] | None = None  # a plan and the loads it was made with
+        self._balanced_at = -math.inf  # when this member last planned with fresh loads (the load chore)
+        self._report: tuple[Assignment, LoadReport | None] | None = None  # the last plan's load report
+        self._hot: tuple[str, ...] = ()  # the hot keys last logged
         self._next_poll = -math.inf
         self._misses = 0
         self._pending_digest = ""  # the plan the current run of head reads is for
@@ -165,9 +196,12 @@ class PublishedPlan:
             if weights is not None:  # weighted quotas can break float ties by holdings: settle them now
                 owners = {k: o[0] for k, o in plan.owners.items()}
                 plan = plan_assignment(members, keys, current_owners=owners, weights=weights)
+        elif base.loads is not None:  # a load plan: balanced with its loads (the same plan back)
+            plan = balance_loads(members, keys, base.owners, base.loads, weights, tolerance=self.tolerance)
         else:
             plan = plan_assignment(members, keys, current_owners=base.owners, weights=weights)
         self._plan = (inputs, plan)
+        self._plan_loads = (plan, base.loads if base is not None else None)
         return plan
 
     def pending(self, plan: Assignment) -> bool:
@@ -250,6 +284,75 @@ class PublishedPlan:
         wait = min(2 ** max(self._misses - FREE_POLLS + 1, 0), MAX_BACKOFF_TICKS)
         self._next_poll = now + (wait - 0.01) * tick_interval
 
+    def rebalance(self, listed: list[str], now: float, *, ready: bool, interval: float,
+                  read_loads: Callable[[tuple[str, ...]], Loads | None]) -> None:
+        """The load chore: the owner of the plan chore among ``listed``, while ``ready``,
+        nothing pending and at most once per ``interval``, reads the members' loads
+        (``read_loads``: None when a member reports none, such as an older build) and plans
+        from the baseline with them (:func:`hashring.balance_loads`; without loads, back to
+        the count plan). A plan whose owners differ is published with its loads, over the
+        baseline's head only (a consistent read first), and each member that gives or takes a
+        key is told (its session row), so it reads the head at its next tick. Everyone else
+        adopts it as any plan, and plans joins and leaves from it with the same loads.
+        Errors are logged and counted; the baseline held stays."""
+        made = self._plan
+        if self._store is None or not ready or made is None or now - self._balanced_at < interval:
+            return
+        (members, keys, base, weights), plan = made
+        if not isinstance(base, Baseline) or base is not self.baseline or self.pending(plan):
+            return  # no baseline yet, or a change in flight: it goes first
+        assert isinstance(members, tuple) and isinstance(keys, tuple)
+        if self._me not in listed or chore_owners(PLAN_CHORE, listed)[0] != self._me:
+            return
+        self._balanced_at = now
+        try:
+            loads = read_loads(members)
+            if loads is None and base.loads is None:
+                return  # a count plan stays one
+            w = weights if isinstance(weights, Mapping) else None
+            new = (plan_assignment(members, keys, current_owners=base.owners, weights=w) if loads is None
+                   else balance_loads(members, keys, base.owners, loads, w, tolerance=self.tolerance))
+            moved = {k: o[0] for k, o in new.owners.items() if base.owners.get(k) != o[0]}
+            if not moved and loads is not None:
+                return  # nothing to move: the baseline keeps the loads it was made with
+            head = self._store.head(consistent=True)
+            if head is None or (head.version, head.digest) != (base.version, base.digest):
+                return  # another version meanwhile: followed first
+            made_with, self._plan_loads = self._plan_loads, (new, loads)
+            if not self._publish(self._store, head, new):
+                self._plan_loads = made_with  # this round's plan keeps its own loads
+            else:
+                self._plan = ((members, keys, self.baseline, weights), new)
+                log.info("%s: balanced by load: %d keys move", self._me, len(moved))
+                if self._tell is not None:
+                    tell_each(sorted({*moved.values(), *(base.owners.get(k, "") for k in moved)} - {""}),
+                              self._tell, self.version, me=self._me, what="plan")
+        except (KinesisHashRingError, BotoCoreError, ClientError) as exc:
+            log.warning("%s: the load chore failed (the plan stays): %s", self._me, exc)
+            self._count("plan_errors")
+
+    def load_report(self) -> LoadReport | None:
+        """How this member's last plan spreads the baseline's loads (None under a count plan),
+        computed once per plan. The hot keys it names are logged once per new set, with the
+        advice to split those shards."""
+        made, base = self._plan, self.baseline
+        if made is None or base is None or base.loads is None or made[0][2] is not base:
+            return None
+        hit = self._report
+        if hit is not None and hit[0] is made[1]:
+            return hit[1]
+        weights = made[0][3] if isinstance(made[0][3], Mapping) else None
+        report = load_report(made[1], base.loads, weights)
+        self._report = (made[1], report)
+        hot = report.hot_keys if report is not None else ()
+        if hot and hot != self._hot and report is not None:
+            level = max(report.fair_shares.values())
+            log.warning("%s: %d lease(s) each hotter than a member's fair share, each given a member to "
+                        "itself: %s; split those shards to spread their load", self._me, len(hot),
+                        ", ".join(f"{k} ({base.loads.get(k, 0.0) / level:.1f}x a share)" for k in hot[:10]))
+        self._hot = hot
+        return report
+
     def _differs(self, head: ManifestHead | None) -> bool:
         """Whether ``head`` names a published plan other than the baseline."""
         if head is None or head.version == 0:  # none, or claimed and never published
@@ -310,7 +413,7 @@ class PublishedPlan:
                 self._adopt(head, plan)
                 return True
             try:
-                owners = decode(store.read(head), store.head_key)
+                owners, loads = decode(store.read(head), store.head_key)
             except (ManifestCorruptError, ManifestConflictError) as exc:
                 if not owner(self._head_seen[1], repair=True):
                     raise
@@ -318,7 +421,7 @@ class PublishedPlan:
                             self._me, head.version, exc)
                 self._count("plan_errors")
             else:
-                self.baseline = Baseline(head.version, head.digest, owners)
+                self.baseline = Baseline(head.version, head.digest, owners, loads)
                 return True
         elif not (pending and owner(self._pending_since, repair=head is None and self._chain_version > 0)):
             return False  # (a head lost after others planned from it: rebuilt like an unreadable one)
@@ -359,15 +462,21 @@ class PublishedPlan:
         that plan back (the planner is idempotent), so the cached plan stays the answer for
         its inputs: no second re-plan after a change is adopted (0.4-0.5 s at 100,000 x
         10,000 in ``benchmarks/bench_planner.py``, re-plan after a join)."""
-        self.baseline = Baseline(head.version, head.digest, {k: o[0] for k, o in plan.owners.items()})
+        self.baseline = Baseline(head.version, head.digest, {k: o[0] for k, o in plan.owners.items()},
+                                 self._loads(plan))
         if self._plan is not None and self._plan[1] is plan:
             members, keys, _, weights = self._plan[0]
             self._plan = ((members, keys, self.baseline, weights), plan)
 
+    def _loads(self, plan: Assignment) -> Loads | None:
+        """The loads ``plan`` was made with (None: a count plan)."""
+        made = self._plan_loads
+        return made[1] if made is not None and made[0] is plan else None
+
     def _encode(self, plan: Assignment) -> tuple[bytes, str]:
         hit = self._encoded
         if hit is None or hit[0] is not plan:
-            payload = encode(plan)
+            payload = encode(plan, self._loads(plan))
             hit = (plan, payload, hashlib.sha256(payload).hexdigest())
             self._encoded = hit
         return hit[1], hit[2]

@@ -86,7 +86,7 @@ from kinesis.lease_loop.lease_listener import RoundRecord
 from kinesis.lease_loop.membership import MemberList, SessionMembership
 from kinesis.lease_loop.observations import Observations
 from kinesis.lease_loop.plan import PublishedPlan
-from kinesis.lease_loop.settings import CoordinatorSettings, ResourceKeys
+from kinesis.lease_loop.settings import CoordinatorSettings, LoadBalancing, ResourceKeys
 from kinesis.lease_loop.table.model import Lease, SessionRow, TableSnapshot
 from kinesis.lease_loop.timing import Clock
 
@@ -370,8 +370,11 @@ class Planner:
     ``published`` (the baseline)."""
 
     def __init__(self, member_id: str, replicas: int, weights: Mapping[str, float] | None,
-                 scoped: ScopedReads | None, published: PublishedPlan):
+                 scoped: ScopedReads | None, published: PublishedPlan, balancing: LoadBalancing | None = None,
+                 read_sessions: Callable[[Sequence[str]], Mapping[str, SessionRow | None]] | None = None):
         self._me = member_id
+        self._balancing = balancing
+        self._read_sessions = read_sessions
         self._replicas = replicas
         self._weights = weights
         self._scoped = scoped
@@ -404,6 +407,28 @@ class Planner:
         if self.base is not None:
             self.published.follow(self.base, listed, now, full=full, ready=ready, tick_interval=tick_interval,
                                   recheck_interval=recheck_interval)
+            if self._balancing is not None and full:
+                self.published.rebalance(listed, now, ready=ready, interval=self._balancing.interval,
+                                         read_loads=self._read_loads)
+
+    def _read_loads(self, members: Sequence[str]) -> Mapping[str, float] | None:
+        """Every planned member's loads from its session row (one batch read per 100
+        members); None if one reports none (an older build, or not yet): then counts
+        balance. A key two members report (a hand-off between reports) weighs what its
+        baseline owner says."""
+        assert self._read_sessions is not None
+        rows = self._read_sessions(members)
+        base = self.published.baseline
+        owners = base.owners if base is not None else {}
+        merged: dict[str, float] = {}
+        for member in sorted(rows):
+            row = rows[member]
+            if row is None or row.loads is None:
+                return None
+            for key, load in row.loads.items():
+                if key not in merged or owners.get(key) == member:
+                    merged[key] = load
+        return merged
 
 
 log = logging.getLogger(__name__)

@@ -16,7 +16,8 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Unpack
 
-from hashring import Membership
+from hashring import HashRingError, Membership
+from hashring.loads import check_tolerance
 from hashring.validation import check_replicas
 from kinesis.durations import check_seconds
 from kinesis.errors import ConfigurationError, InvalidLeaseKeyError
@@ -80,6 +81,31 @@ class ResourceKeys:
 
 
 @dataclass(frozen=True)
+class LoadBalancing:
+    """Balance leases by what they cost, not by count (:func:`hashring.balance_loads`).
+
+    ``source()`` returns what each lease this member holds costs (any non-negative number, one
+    unit across the fleet: a Worker passes each shard's CPU seconds per second). It travels on
+    the member's session row, written with one renewal every ``interval / 2``; the owner of the
+    plan chore reads every member's at most once per ``interval`` and publishes a plan balanced
+    by them when a member is out of ``tolerance`` (:meth:`~.plan.PublishedPlan.rebalance`).
+    Scoped reads only (the published plan carries the loads)."""
+
+    source: Callable[[], Mapping[str, float]]
+    interval: float = 60.0
+    tolerance: float = 0.2
+
+    def __post_init__(self) -> None:
+        if not callable(self.source):
+            raise ConfigurationError(f"LoadBalancing.source must be callable, got {self.source!r}")
+        check_seconds("load balance interval", self.interval)
+        try:
+            check_tolerance(self.tolerance)
+        except HashRingError as exc:
+            raise ConfigurationError(str(exc)) from None
+
+
+@dataclass(frozen=True)
 class CoordinatorSettings:
     """What a coordinator runs with (see :class:`~kinesis.lease_loop.coordinator.LeaseCoordinator`)."""
 
@@ -97,6 +123,7 @@ class CoordinatorSettings:
     drive: DynamoDBMembership | None
     """The membership to heartbeat and feed the scan, if the coordinator drives one."""
     warmup_ticks: int
+    load_balancing: LoadBalancing | None = None
 
     @classmethod
     def of(
@@ -118,6 +145,7 @@ class CoordinatorSettings:
         reads: str,
         sweep_interval: float | None,
         backup_check_interval: float | None,
+        load_balancing: LoadBalancing | None = None,
         **durations: Unpack[Durations],
     ) -> CoordinatorSettings:
         """Check the coordinator's arguments (``durations``: see :class:`~.timing.Durations`)."""
@@ -181,6 +209,10 @@ class CoordinatorSettings:
                 "(SessionMembership, KubernetesMembership or StaticMembership): a DynamoDBMembership "
                 "in the lease table is fed by the scan this mode avoids"
             )
+        if load_balancing is not None and (not isinstance(load_balancing, LoadBalancing) or reads != "scoped"):
+            raise ConfigurationError(
+                "load_balancing needs a LoadBalancing and reads='scoped' (the published plan carries the "
+                f"loads), got {load_balancing!r} with reads={reads!r}")
         if warmup_ticks is None:
             warmup_ticks = 1 if drive is not None else 0
         if isinstance(warmup_ticks, bool) or not isinstance(warmup_ticks, int) or warmup_ticks < 0:
@@ -190,7 +222,7 @@ class CoordinatorSettings:
             max_concurrent_handoffs=max_concurrent_handoffs, reads=reads, sweep_interval=sweep,
             backup_check_interval=backup_check, weights=dict(weights) if weights is not None else None,
             listener=listener, resources=provider, initial_checkpoint=checkpoint,
-            drive=drive, warmup_ticks=warmup_ticks,
+            drive=drive, warmup_ticks=warmup_ticks, load_balancing=load_balancing,
         )
 
 

@@ -314,9 +314,10 @@ class LeaseTable:
     # --- session rows ----------------------------------------------------------------
 
     def renew_session(self, member_id: str, token: str, previous: int | None, *, plan_version: int = 0,
-                      handled: frozenset[str] = frozenset()) -> SessionRow:
+                      handled: frozenset[str] = frozenset(), loads: bytes | None = None) -> SessionRow:
         """Renew member ``member_id``'s session (see :mod:`~kinesis.lease_loop.table.sessions`)."""
-        return self._sessions.renew(member_id, token, previous, plan_version=plan_version, handled=handled)
+        return self._sessions.renew(member_id, token, previous, plan_version=plan_version, handled=handled,
+                                    loads=loads)
 
     def has_session(self, member_id: str) -> bool:
         """Whether ``member_id`` has a session row (it runs, or ran lately): one consistent read."""

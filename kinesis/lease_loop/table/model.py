@@ -60,9 +60,13 @@ timed by its row, by every release).
 from __future__ import annotations
 
 import enum
+import json
+import math
+import zlib
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from datetime import datetime
+from types import MappingProxyType
 from typing import Any
 
 from kinesis.errors import (
@@ -116,6 +120,12 @@ OFFERS = "offers"
 """On a session row: the keys other members handed off to its member (a string set they add
 to before the hand-off write); its member reads them with every renewal and adopts them
 whatever its own plan says, then removes them."""
+LOADS = "loads"
+"""On a session row: what each lease its member holds costs it (:func:`encode_loads`),
+written once per load interval by a member that balances by load; the load chore reads it."""
+MAX_LOADS_BYTES = 4096
+"""The most bytes of loads a session row carries (the hottest keys first; the rest weigh the
+median): a renewal's write units grow with the row."""
 RESERVED_PREFIX = "__"
 """Lease keys may not start with this: the table's internal rows use it."""
 MEMBER_ID = "memberId"
@@ -205,6 +215,8 @@ class SessionRow:
     """The newest member list version it was told of (:data:`MEMBERS_VERSION`; 0: none)."""
     plan_told: int = 0
     """The newest plan version a rebuilder of the plan's head told it of (:data:`PLAN_TOLD`; 0: none)."""
+    loads: Mapping[str, float] | None = field(default=None, compare=False)
+    """Its member's loads per lease (:data:`LOADS`; None: it reports none, or unreadable)."""
     replayed: bool = field(default=False, compare=False)
     """A renewal's answer: the renewal found its own earlier attempt applied (that attempt was
     answered with an error) instead of writing."""
@@ -262,6 +274,34 @@ def _advisory_number(item: Mapping[str, Any], name: str) -> int:
         return _n(item, name, default=0)
     except ValueError:
         return 0
+
+
+def encode_loads(loads: Mapping[str, float]) -> bytes:
+    """Loads as a session row carries them: zlib-compressed JSON, 4 significant digits, at
+    most :data:`MAX_LOADS_BYTES` (the hottest keys kept)."""
+    ranked = sorted(((k, float(f"{v:.4g}")) for k, v in loads.items() if math.isfinite(v) and v >= 0),
+                    key=lambda kv: (-kv[1], kv[0]))
+    while True:
+        blob = zlib.compress(json.dumps(dict(sorted(ranked)), separators=(",", ":")).encode(), 6)
+        if len(blob) <= MAX_LOADS_BYTES or not ranked:
+            return blob
+        ranked = ranked[: len(ranked) * 3 // 4]
+
+
+def decode_loads(value: Any) -> Mapping[str, float] | None:
+    """A session row's :data:`LOADS`: None if absent or malformed (advisory: never makes a
+    row corrupt; the load chore then plans by counts)."""
+    if not isinstance(value, dict) or not isinstance(value.get("B"), bytes | bytearray):
+        return None
+    try:
+        doc = json.loads(zlib.decompressobj().decompress(bytes(value["B"]), MAX_LOADS_BYTES * 64))
+    except (ValueError, zlib.error):
+        return None
+    if not isinstance(doc, dict) or not all(
+            isinstance(k, str) and isinstance(v, int | float) and not isinstance(v, bool)
+            and math.isfinite(v) and v >= 0 for k, v in doc.items()):
+        return None
+    return MappingProxyType({k: float(v) for k, v in doc.items()})
 
 
 def _advisory_strings(item: Mapping[str, Any], name: str) -> frozenset[str]:
@@ -416,7 +456,8 @@ def session_from_item(item: Mapping[str, Any]) -> SessionRow:
             raise ValueError("not a session row key")
         return SessionRow(key[len(SESSION_PREFIX):], _s(item, SESSION_TOKEN) or "", _n(item, COUNTER),
                           _advisory_number(item, PLAN_VERSION), _advisory_strings(item, OFFERS),
-                          _advisory_number(item, MEMBERS_VERSION), _advisory_number(item, PLAN_TOLD))
+                          _advisory_number(item, MEMBERS_VERSION), _advisory_number(item, PLAN_TOLD),
+                          decode_loads(item.get(LOADS)))
     except ValueError as exc:
         raise CorruptLeaseError(str(key), str(exc)) from None
 

@@ -70,11 +70,12 @@ class SessionRows:
         (a start answered with an error may have been applied: its token is still this process's)."""
 
     def renew(self, member_id: str, token: str, previous: int | None, *, plan_version: int = 0,
-              handled: frozenset[str] = frozenset()) -> SessionRow:
+              handled: frozenset[str] = frozenset(), loads: bytes | None = None) -> SessionRow:
         """Renew ``member_id``'s session ``token``; ``previous`` is the counter it last wrote
         (None: the first renewal of this token, which replaces any earlier session);
         ``plan_version`` (if not 0) is recorded for its watchers (:mod:`.published_plan`);
-        ``handled`` offers are removed from the row's :data:`~.lease_model.OFFERS`. If the
+        ``handled`` offers are removed from the row's :data:`~.lease_model.OFFERS`; ``loads``
+        (:func:`~.model.encode_loads`), if given, replace the row's :data:`~.model.LOADS`. If the
         row was deleted meanwhile, a new session starts under a new token (the row returned
         names it), so a (token, counter) pair a watcher timed never comes back.
 
@@ -85,11 +86,16 @@ class SessionRows:
         s = self.calls.settings
         if previous is None:
             names = {"#tok": m.SESSION_TOKEN, "#c": m.COUNTER, "#pv": m.PLAN_VERSION}
-            values = {":tok": {"S": token}, ":one": num(1)}
+            values: dict[str, dict[str, Any]] = {":tok": {"S": token}, ":one": num(1)}
+            sets = ["#tok = :tok"]
+            if loads is not None:
+                names["#ld"], values[":ld"] = m.LOADS, {"B": loads}
+                sets.append("#ld = :ld")
             if plan_version:
-                expression, values[":pv"] = "SET #tok = :tok, #pv = :pv ADD #c :one", num(plan_version)
-            else:
-                expression = "SET #tok = :tok ADD #c :one REMOVE #pv"  # not an earlier run's version
+                values[":pv"] = num(plan_version)
+                expression = f"SET {', '.join(sets)}, #pv = :pv ADD #c :one"
+            else:  # not an earlier run's version
+                expression = f"SET {', '.join(sets)} ADD #c :one REMOVE #pv"
             response = self.calls.retrying(lambda: s.client.update_item(
                 TableName=s.table_name,
                 Key={m.KEY: {"S": key}},
@@ -99,9 +105,11 @@ class SessionRows:
                 ReturnValues="ALL_NEW",
             ))
             return m.session_from_item(response["Attributes"])
-        set_ = {m.COUNTER: num(previous + 1)}
+        set_: dict[str, dict[str, Any]] = {m.COUNTER: num(previous + 1)}
         if plan_version:
             set_[m.PLAN_VERSION] = num(plan_version)
+        if loads is not None:
+            set_[m.LOADS] = {"B": loads}
         condition, values = attributes_equal({"#tok": {"S": token}, "#c": num(previous)})
         delete = {m.OFFERS: {"SS": sorted(handled)}} if handled else None
         try:
@@ -113,7 +121,7 @@ class SessionRows:
                 # no session row) meanwhile: start a new session (a token never comes back)
                 fresh = uuid.uuid4().hex
                 self._minted.setdefault(member_id, set()).add(fresh)
-                return self.renew(member_id, fresh, None, plan_version=plan_version)
+                return self.renew(member_id, fresh, None, plan_version=plan_version, loads=loads)
             if other == token or other in self._minted.get(member_id, ()):  # this process's own token
                 # (a uuid4 of this session, or of a new one it started): never another process's
                 # the condition failed on the counter: earlier attempts answered with an error were

@@ -90,10 +90,15 @@ def first_publish(aws: LocalAWS, name: str, n: int, n_keys: int
 
 def test_payload_round_trip_and_corrupt_payloads_are_named() -> None:
     plan = stable_assignment(["a", "b", "c"], [f"k{i}" for i in range(7)])
-    assert decode(encode(plan), "x") == {k: o[0] for k, o in plan.owners.items()}
+    owners = {k: o[0] for k, o in plan.owners.items()}
+    assert decode(encode(plan), "x") == (owners, None)
+    loads = {"k0": 2.5, "k3": 0.0}  # a load plan: its loads travel with it (null: not measured)
+    assert decode(encode(plan, loads), "x") == (owners, loads)
     assert encode(plan) == encode(stable_assignment(["c", "a", "b"], [f"k{i}" for i in reversed(range(7))]))
     for bad in (b"not json", b'{"format": 2, "members": [], "keys": [], "owners": []}',
-                b'{"format": 1, "members": ["a"], "keys": ["k"], "owners": [3]}'):
+                b'{"format": 1, "members": ["a"], "keys": ["k"], "owners": [3]}',
+                b'{"format": 1, "members": ["a"], "keys": ["k"], "owners": [0], "loads": [1, 2]}',
+                b'{"format": 1, "members": ["a"], "keys": ["k"], "owners": [0], "loads": [-1]}'):
         with pytest.raises(ManifestCorruptError, match="plan unreadable"):
             decode(bad, "__manifest__#plan")
 

@@ -1,0 +1,126 @@
+"""Balancing by load through the published plan (``LoadBalancing``): fleets of scoped
+coordinators on moto (tests/coordinator_fleet.py, FakeClock) whose members report what each
+held lease costs on their session rows. The chore owner plans with those loads from the
+baseline and publishes; the others adopt; hand-offs stay graceful; a balanced plan stays put.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from hashring import balance_loads, load_report, plan_assignment
+from kinesis.errors import ConfigurationError
+from kinesis.lease_loop.coordinator import LeaseCoordinator
+from kinesis.lease_loop.settings import LoadBalancing
+from kinesis.lease_loop.table.leases import LeaseTable
+from kinesis.lease_loop.table.model import MAX_LOADS_BYTES, decode_loads, encode_loads
+from kinesis.testing import LocalAWS
+from tests.coordinator_fleet import Fleet
+
+INTERVAL = 5.0
+
+
+def loaded_fleet(aws: LocalAWS, name: str, members: list[str], keys: list[str], loads: dict[str, float],
+                 *, reporting: set[str] | None = None) -> Fleet:
+    """Members that report ``loads`` of the leases they hold (only ``reporting`` ones, if given)."""
+
+    def kwargs(member: str, fleet: Fleet) -> dict[str, Any]:
+        if reporting is not None and member not in reporting:
+            return {}
+
+        def source() -> dict[str, float]:
+            return {k: loads[k] for k in fleet.coordinators[member].held_keys()}
+
+        return {"load_balancing": LoadBalancing(source, interval=INTERVAL)}
+
+    table = LeaseTable.open(aws.client("dynamodb"), name)
+    return Fleet(table, keys, members, reads="scoped", member_kwargs=kwargs)
+
+
+def busiest_over_mean(owners: dict[str, str | None], loads: dict[str, float], members: list[str]) -> float:
+    per = dict.fromkeys(members, 0.0)
+    for key, owner in owners.items():
+        assert owner is not None
+        per[owner] += loads[key]
+    return max(per.values()) / (sum(per.values()) / len(per))
+
+
+def run(fleet: Fleet, rounds: int) -> list[dict[str, str | None]]:
+    seen = []
+    for _ in range(rounds):
+        fleet.round()
+        fleet.check()  # never two holders of one key
+        seen.append(fleet.table_owners())
+    return seen
+
+
+def skew() -> tuple[list[str], list[str], dict[str, float]]:
+    members = [f"pod-{i}" for i in range(4)]
+    keys = [f"orders/shard-{i:03d}" for i in range(16)]
+    counted = plan_assignment(members, keys)  # pile the hot shards onto one member of the count plan
+    hot = counted.keys_of(members[0])[:3] + counted.keys_of(members[1])[:1]
+    return members, keys, {k: 8.0 if k in hot else 1.0 for k in keys}
+
+
+def test_a_skewed_fleet_is_balanced_by_load_and_then_nothing_moves(aws: LocalAWS) -> None:
+    members, keys, loads = skew()
+    fleet = loaded_fleet(aws, "load-skew", members, keys, loads)
+    history = run(fleet, 12)
+    assert busiest_over_mean(history[2], loads, members) > 1.5  # the count plan first
+    history += run(fleet, int(3 * INTERVAL))
+    settled = history[-1]
+    assert all(settled[k] is not None for k in keys)
+    assert busiest_over_mean(settled, loads, members) <= 1.25
+    assert fleet.counter("takeovers") == 0  # every move a graceful hand-off
+    published = fleet.counter("plans_published")
+    history += run(fleet, int(4 * INTERVAL))  # several load intervals more: the plan stays put
+    assert history[-1] == settled
+    assert fleet.counter("plans_published") == published
+    bases = [fleet.coordinators[m]._reads._planner.published.baseline for m in members]
+    assert len({(b.version, b.digest) for b in bases if b is not None}) == 1
+    base = bases[0]
+    assert base is not None and base.loads is not None  # the plan carries its loads
+    assert fleet.counter("plan_errors") == 0
+    report = load_report(balance_loads(members, keys, base.owners, base.loads), loads)
+    assert report is not None and report.busiest() <= 1.25
+
+
+def test_a_member_that_reports_no_loads_keeps_the_fleet_on_counts(aws: LocalAWS) -> None:
+    """An older build (or a member without load balancing) reports nothing: counts balance."""
+    members, keys, loads = skew()
+    fleet = loaded_fleet(aws, "load-mixed", members, keys, loads, reporting=set(members[1:]))
+    history = run(fleet, int(4 * INTERVAL))
+    counts = fleet.counts()
+    assert max(counts.values()) - min(counts.values()) <= 1
+    assert busiest_over_mean(history[-1], loads, members) > 1.5
+    base = fleet.coordinators[members[0]]._reads._planner.published.baseline
+    assert base is not None and base.loads is None
+
+
+def test_loads_ride_on_the_session_row_compactly_and_a_bad_one_reads_as_none() -> None:
+    loads = {f"app/stream/shardId-{i:012d}": i * 0.125 for i in range(300)}
+    blob = encode_loads(loads)
+    back = decode_loads({"B": blob})
+    assert back is not None and back == pytest.approx(loads, rel=1e-3)
+    assert len(blob) < 2048  # about 6 bytes a lease
+    many = {f"app/stream/shardId-{i:012d}": float(i) for i in range(20_000)}
+    capped = decode_loads({"B": encode_loads(many)})
+    assert len(encode_loads(many)) <= MAX_LOADS_BYTES and capped is not None
+    assert min(capped.values()) > 0.5 * max(many.values())  # the hottest kept
+    for bad in ({"B": b"not zlib"}, {"S": "x"}, None, {"B": __import__("zlib").compress(b'{"k": -1}')}):
+        assert decode_loads(bad) is None
+
+
+def test_load_balancing_is_refused_without_scoped_reads_and_checks_its_arguments(aws: LocalAWS) -> None:
+    from hashring import StaticMembership
+
+    table = LeaseTable.open(aws.client("dynamodb"), "load-config")
+    with pytest.raises(ConfigurationError, match="reads='scoped'"):
+        LeaseCoordinator(table, StaticMembership(["a"], "a"), ["k"], reads="scan",
+                         load_balancing=LoadBalancing(dict))
+    with pytest.raises(ConfigurationError, match="tolerance must be a number between 0 and 1"):
+        LoadBalancing(dict, tolerance=1.5)
+    with pytest.raises(ConfigurationError, match="must be callable"):
+        LoadBalancing({"k": 1.0})  # type: ignore[arg-type]
