@@ -79,6 +79,7 @@ import threading
 import time
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from operator import attrgetter
 from typing import TYPE_CHECKING, Protocol
 
 from kinesis.consumer.kclpy import adapt_processor
@@ -95,6 +96,7 @@ from kinesis.consumer.shard.failures import (
     ProcessorRetryPolicy,
 )
 from kinesis.consumer.shard.lag import LagTracker
+from kinesis.consumer.shard.load import LoadSample, ShardLoad
 from kinesis.consumer.shard.processor import InitializationInput, RecordProcessor
 from kinesis.consumer.worker.config import ProcessorFactory, StreamConfig
 from kinesis.errors import KinesisHashRingError, LeaseLostError
@@ -108,6 +110,7 @@ __all__ = ["MAX_READ_BACKOFF", "READ_ERRORS", "ConsumerLeases", "ShardConsumer",
 
 log = logging.getLogger(__name__)
 """The shard consumer's logger: these lines keep the name operators filter on."""
+_data = attrgetter("data")
 
 
 class Counting(Protocol):
@@ -325,6 +328,8 @@ class ShardStatus:
     """Until the lag is 0 at the current trend (0: caught up; ``inf``: not catching up)."""
     processor_call_seconds: float | None = None
     """How long the processor call in progress has run (None between calls)."""
+    load: LoadSample | None = None
+    """What the shard costs this member, smoothed over about a minute (None at first)."""
 
 
 class NoCoordinator:
@@ -369,6 +374,8 @@ class ShardConsumer:
         self.batches = 0
         self.millis_behind_latest: int | None = None
         self.lag = LagTracker()
+        self.load = ShardLoad()
+        """What this shard costs (records/s, bytes/s, CPU, processor time), smoothed."""
         self.call_started: float | None = None
         """When the processor call in progress began (monotonic; None between calls)."""
         self.advanced_at = time.monotonic()
@@ -446,6 +453,7 @@ class ShardConsumer:
             arrival_rate=lag.arrival_rate,
             catch_up_seconds=lag.catch_up_seconds,
             processor_call_seconds=None if (started := self.call_started) is None else time.monotonic() - started,
+            load=self.load.sample(),
         )
 
     # --- the thread -------------------------------------------------------------------
@@ -535,6 +543,8 @@ class ShardConsumer:
         failures = ReadFailures()
         assert self._reader is not None
         reader = self._reader
+        load = self.load
+        load.start()
         while self.reason is None:
             if self._restart_reader:
                 reader = self._new_reader(reader, start)
@@ -573,15 +583,19 @@ class ShardConsumer:
             self.millis_behind_latest = batch.millis_behind_latest
             if batch.lost is not None and not self._data_lost(batch.lost):
                 break  # on_data_loss="stop_shard": held until stopped; nothing was delivered
+            processing = 0.0
             if batch.records:
                 # a batch is in shard order: its last record is its highest position
                 checkpointer.record_delivered(batch.records[-1:])
+                started = time.monotonic()
                 if not deliver(self, batch.records, batch.millis_behind_latest, processor, checkpointer,
                                self.pool.config.processor_retry):
                     break  # stopped while retrying: the next owner reads the batch again
+                processing = time.monotonic() - started
                 self.records_processed += len(batch.records)
                 self.batches += 1
                 self.pool.count_records(self.spec, len(batch.records))
+            load.observe(len(batch.records), sum(map(len, map(_data, batch.records))), processing)
             if batch.fresh:
                 lag, self._last_lag = self._last_lag, batch.millis_behind_latest
                 if batch.records or batch.millis_behind_latest == 0 or (

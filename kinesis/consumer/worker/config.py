@@ -21,9 +21,12 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, cast
 
+from hashring import HashRingError
+from hashring.loads import check_tolerance
 from kinesis.consumer.kclpy import KclpyRecordProcessor
 from kinesis.consumer.retrieval.positions import InitialPosition
 from kinesis.consumer.shard.failures import ProcessorRetryPolicy
+from kinesis.consumer.shard.load import LOAD_METRICS
 from kinesis.consumer.shard.processor import RecordProcessor
 from kinesis.durations import check_seconds
 from kinesis.errors import ConfigurationError
@@ -237,6 +240,18 @@ class WorkerConfig:
     ``lease_duration / 2``): how often a member reads the session rows of the members it
     watches; shorter takes a crashed member that is still listed over sooner, for more reads.
 
+    Balance: ``balance="count"`` (default) gives members equal numbers of leases;
+    ``balance="load"`` (scoped reads) gives them equal shares of what the leases cost: each
+    member measures every shard it holds (``load_metric``: ``"cpu"``, the CPU seconds per
+    second of the shard's thread, reading and processing included; or ``"records"`` or
+    ``"bytes"`` per second; smoothed over about a minute, :mod:`kinesis.consumer.shard.load`)
+    and writes it on its session row every ``load_balance_interval / 2``; the owner of the plan
+    chore reads them at most once per ``load_balance_interval`` (default 60 s) and, when a member
+    is more than ``load_tolerance`` (default 0.2) above or below its fair share, publishes a
+    plan balanced by load (:func:`hashring.balance_loads`: a shard hotter than a fair share gets
+    a member to itself, the rest balance around it), moving leases by graceful hand-offs. Until
+    every member reports loads (an older build, a member just started), counts balance.
+
     Processor failures: ``processor_retry`` (:class:`~kinesis.consumer.shard.failures.ProcessorRetryPolicy`):
     a batch the processor raised on is retried in place with exponential backoff; after
     ``max_attempts`` the shard is reported stuck and retried at ``max_backoff`` unless its
@@ -296,6 +311,10 @@ class WorkerConfig:
     processor_timeout: float | None = None
     on_processor_timeout: Literal["wait", "restart"] = "wait"
     on_data_loss: Literal["continue", "stop_shard"] = "continue"
+    balance: Literal["count", "load"] = "count"
+    load_metric: Literal["cpu", "records", "bytes"] = "cpu"
+    load_balance_interval: float = 60.0
+    load_tolerance: float = 0.2
     _timing: LeaseTiming = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -358,6 +377,19 @@ class WorkerConfig:
                 "backup_check_interval only applies to scoped reads (the scan loop reads every row "
                 "every round): set reads='scoped' (or 'auto') or leave backup_check_interval unset"
             )
+        if self.balance not in ("count", "load"):
+            raise ConfigurationError(f"balance must be 'count' or 'load', got {self.balance!r}")
+        if self.load_metric not in LOAD_METRICS:
+            raise ConfigurationError(f"load_metric must be one of {LOAD_METRICS}, got {self.load_metric!r}")
+        _seconds("load_balance_interval", self.load_balance_interval)
+        try:
+            check_tolerance(self.load_tolerance)
+        except HashRingError as exc:
+            raise ConfigurationError(f"load_{exc}") from None
+        if self.balance == "load" and self.reads == "scan":
+            raise ConfigurationError(
+                "balance='load' needs scoped reads (the published plan carries the loads): set "
+                "reads='scoped' or 'auto', or balance='count'")
         _seconds("idle_backoff", self.idle_backoff, allow_zero=True)
         _seconds("min_read_interval", self.min_read_interval, allow_zero=True)
         if not isinstance(self.processor_retry, ProcessorRetryPolicy):
@@ -420,6 +452,11 @@ class WorkerConfig:
                 "here (reads='scan', or a DynamoDBMembership): use the default membership, a "
                 "KubernetesMembership or a StaticMembership, or leave backup_check_interval unset"
             )
+        if reads == "scan" and self.balance == "load":
+            raise ConfigurationError(
+                "balance='load' needs scoped reads, and reads resolve to 'scan' here (a "
+                "DynamoDBMembership): use the default membership, a KubernetesMembership or a "
+                "StaticMembership, or balance='count'")
         scoped = reads == "scoped" and self.backup_check_interval
         return {
             "timing": self._timing,

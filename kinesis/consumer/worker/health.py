@@ -33,7 +33,7 @@ import json
 import logging
 import threading
 from collections.abc import Callable, Mapping
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Protocol
 
@@ -187,6 +187,15 @@ class WorkerStatus:
     """Until every shard held is caught up at the current trends (``inf``: one is not catching up)."""
     processors_hung: int = 0
     """Processor calls past ``processor_timeout`` (:mod:`kinesis.consumer.worker.watchdog`)."""
+    cpu_utilisation: float | None = None
+    """This process's CPU seconds per second over the CPUs it may use (its container's limit):
+    1.0 is saturated (:mod:`kinesis.consumer.worker.cpu`; None until measured)."""
+    load_share: float | None = None
+    """Under a load plan (``balance="load"``), this member's load over its fair share (1.0:
+    exactly its share; the plan keeps every member within ``load_tolerance``); None under counts."""
+    hot_shards: Mapping[str, float] = field(default_factory=dict)
+    """Lease keys this member holds that the load plan found hotter than a fair share, each
+    with its load over a fair share: each has a member to itself; split the shard to spread it."""
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-friendly dict (an infinite catch-up time is the string ``"inf"``: JSON has no

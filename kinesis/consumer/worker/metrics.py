@@ -66,7 +66,35 @@ class WorkerCollector:
                 if (value := getattr(shard, attr)) is not None:
                     per_shard.add_metric([w, shard.application, shard.stream, shard.shard_id], value)
             yield per_shard
+        for name, doc, attr in (
+            ("kinesis_worker_shard_cpu", "CPU seconds per second each shard's consumer thread uses "
+             "(reading and processing; smoothed over about a minute)", "cpu"),
+            ("kinesis_worker_shard_records_per_second", "Records per second read from each shard (smoothed)",
+             "records_per_s"),
+            ("kinesis_worker_shard_bytes_per_second", "Payload bytes per second read from each shard (smoothed)",
+             "bytes_per_s"),
+            ("kinesis_worker_shard_processor_busy", "Share of the time each shard's processor is inside "
+             "process_records (smoothed)", "processor_busy"),
+        ):
+            per_load = GaugeMetricFamily(name, doc, labels=["worker", "application", "stream", "shard"])
+            for shard in status.shards:
+                if shard.load is not None:
+                    per_load.add_metric([w, shard.application, shard.stream, shard.shard_id],
+                                        getattr(shard.load, attr))
+            yield per_load
+        hot = GaugeMetricFamily(
+            "kinesis_worker_hot_shard", "Leases held here that the load plan found hotter than a fair share "
+            "(value: load over a fair share): each has a member to itself; split the shard",
+            labels=["worker", "lease"],
+        )
+        for key, share in sorted(status.hot_shards.items()):
+            hot.add_metric([w, key], share)
+        yield hot
         for name, doc, value in (
+            ("kinesis_worker_cpu_utilisation", "This process's CPU seconds per second over the CPUs it may "
+             "use (its container's limit)", status.cpu_utilisation),
+            ("kinesis_worker_load_share", "Under balance='load': this member's load over its fair share",
+             status.load_share),
             ("kinesis_worker_max_lag_seconds", "The largest lag over the shards held, in seconds "
              "(the autoscaling signal)", status.max_lag_seconds),
             ("kinesis_worker_processing_records_per_second", "Records per second handed to processors "

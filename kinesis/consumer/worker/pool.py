@@ -164,3 +164,14 @@ class ConsumerPool:
 
     def statuses(self) -> list[ShardStatus]:
         return [c.status() for c in self.consumers()]
+
+    def loads(self, metric: str) -> dict[str, float]:
+        """What each shard this worker runs costs, by ``metric`` (one of
+        :data:`~kinesis.consumer.shard.load.LOAD_METRICS`); shards not measured yet are left
+        out (they weigh the median)."""
+        out: dict[str, float] = {}
+        for consumer in self.consumers():
+            sample = consumer.load.sample()
+            if sample is not None:
+                out[consumer.key] = sample.weight(metric)
+        return out

@@ -52,6 +52,7 @@ Turn SIGTERM / SIGINT into a graceful stop request (Kubernetes sends SIGTERM on 
 
 from __future__ import annotations
 
+import functools
 import logging
 import signal
 import threading
@@ -75,6 +76,7 @@ from kinesis.consumer.worker.config import (
     lease_key,
     parse_lease_key,
 )
+from kinesis.consumer.worker.cpu import CpuUtilisation
 from kinesis.consumer.worker.health import HealthServer, WorkerStatus
 from kinesis.consumer.worker.metrics import build_registry, render
 from kinesis.consumer.worker.pool import ConsumerPool
@@ -82,6 +84,7 @@ from kinesis.consumer.worker.watchdog import Watchdog
 from kinesis.errors import ConfigurationError
 from kinesis.lease_loop.coordinator import LeaseCoordinator
 from kinesis.lease_loop.membership import DynamoDBMembership, SessionMembership
+from kinesis.lease_loop.settings import LoadBalancing
 from kinesis.lease_loop.table.leases import LeaseTable
 from kinesis.lease_loop.timing import MONOTONIC, Clock
 from kinesis.log_setup import setup_logging
@@ -173,6 +176,9 @@ class Worker:
             self.shard_sync,
             self.pool,
             clock=clock,
+            load_balancing=LoadBalancing(functools.partial(self.pool.loads, config.load_metric),
+                                         config.load_balance_interval, config.load_tolerance)
+            if config.balance == "load" else None,
             **config.coordinator_kwargs(self.reads),
         )
         self.pool.coordinator = self.coordinator
@@ -187,6 +193,7 @@ class Worker:
         self._stop_requested = threading.Event()
         self._stopped = threading.Event()
         self._stop_result = False
+        self._cpu = CpuUtilisation()
         self.watchdog = Watchdog(config.processor_timeout, time.monotonic) if config.processor_timeout else None
         """Reports processor calls past ``processor_timeout`` (None: off)."""
         self._lock = threading.Lock()
@@ -422,7 +429,18 @@ class Worker:
             arrival_rate=lag.arrival_rate,
             catch_up_seconds=lag.catch_up_seconds,
             processors_hung=len(self.watchdog.hung) if self.watchdog is not None else 0,
+            cpu_utilisation=self._cpu.read(),
+            **self._load_status(cs.held),
         )
+
+    def _load_status(self, held: tuple[str, ...]) -> dict[str, Any]:
+        """``load_share`` and ``hot_shards`` of :meth:`status` (a load plan only)."""
+        report = self.coordinator.load_report()
+        me = self.worker_id
+        if report is None or me not in report.fair_shares or report.fair_shares[me] <= 0:
+            return {}
+        share = report.member_loads[me] / report.fair_shares[me]
+        return {"load_share": share, "hot_shards": {k: share for k in report.hot_keys if k in held}}
 
     def status_dict(self) -> dict[str, Any]:
         """:meth:`status` as a JSON-friendly dict."""

@@ -18,7 +18,7 @@ import urllib.request
 from collections import defaultdict
 from datetime import UTC, datetime
 from itertools import pairwise
-from typing import Any
+from typing import Any, Self
 
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
@@ -53,16 +53,16 @@ def shard_order_ok(entries: list[Entry]) -> bool:
     return all(a < b for seqs in by_shard.values() for a, b in pairwise(seqs))
 
 
-class Trickle:
-    """Puts small batches until stopped, so hand-offs happen while records flow."""
+class Writer:
+    """Puts a batch (:meth:`put`) every ``pause`` seconds on a thread of its own until stopped."""
 
-    def __init__(self, client: Any, stream: str, prefix: str):
-        self.client, self.stream, self.prefix = client, stream, prefix
-        self.written: list[tuple[str, str]] = []
+    pause = 0.05
+
+    def __init__(self) -> None:
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
 
-    def __enter__(self) -> Trickle:
+    def __enter__(self) -> Self:
         self._thread.start()
         return self
 
@@ -72,9 +72,24 @@ class Trickle:
 
     def _run(self) -> None:
         i = 0
-        while not self._stop.wait(0.05):
-            self.written += put_records(self.client, self.stream, 10, prefix=f"{self.prefix}{i}-")
+        while not self._stop.wait(self.pause):
+            self.put(i)
             i += 1
+
+    def put(self, i: int) -> None:
+        raise NotImplementedError
+
+
+class Trickle(Writer):
+    """Puts small batches until stopped, so hand-offs happen while records flow."""
+
+    def __init__(self, client: Any, stream: str, prefix: str):
+        super().__init__()
+        self.client, self.stream, self.prefix = client, stream, prefix
+        self.written: list[tuple[str, str]] = []
+
+    def put(self, i: int) -> None:
+        self.written += put_records(self.client, self.stream, 10, prefix=f"{self.prefix}{i}-")
 
 
 def test_two_workers_balance_then_a_graceful_stop_hands_off_without_duplicates(aws: LocalAWS) -> None:
@@ -337,3 +352,58 @@ def test_a_worker_whose_member_id_another_process_takes_refuses_to_run(aws: Loca
         assert eventually(lambda: held(second) == 2, 30)  # its leases, once they expired
     finally:
         second.stop()
+
+
+class HotShards(Writer):
+    """Puts records into chosen shards only (by their starting hash keys) until stopped."""
+
+    pause = 0.02
+
+    def __init__(self, client: Any, stream: str, shards: list[str]):
+        super().__init__()
+        listed = {s["ShardId"]: s["HashKeyRange"]["StartingHashKey"]
+                  for s in client.list_shards(StreamName=stream)["Shards"]}
+        self.client, self.stream, self.hash_keys = client, stream, [listed[s] for s in shards]
+
+    def put(self, i: int) -> None:
+        self.client.put_records(StreamName=self.stream, Records=[
+            {"Data": f"hot-{i}-{j}".encode(), "PartitionKey": "p", "ExplicitHashKey": h}
+            for j in range(20) for h in self.hash_keys])
+
+
+def test_workers_balancing_by_load_spread_hot_shards_by_graceful_hand_offs(aws: LocalAWS) -> None:
+    """Two hot shards on one worker of two: balance='load' moves one of them to the other
+    worker (by a hand-off: no takeover, no duplicate), and each worker's status shows what
+    its shards cost."""
+    kinesis = aws.client("kinesis")
+    kinesis.create_stream(StreamName="orders", ShardCount=4)
+    journal = Journal()
+    workers = [make_worker(aws, journal, w, balance="load", load_metric="records", load_balance_interval=2.0)
+               for w in ("w1", "w2")]
+    for w in workers:
+        w.start()
+    try:
+        assert eventually(lambda: [held(w) for w in workers] == [2, 2], 30), [w.status().held for w in workers]
+        hot = sorted(k.rsplit("/", 1)[1] for k in workers[0].status().held)
+        with HotShards(kinesis, "orders", hot):
+            def spread() -> bool:
+                return all(sum(k.rsplit("/", 1)[1] in hot for k in w.status().held) == 1 for w in workers)
+
+            assert eventually(spread, 60), [w.status().held for w in workers]
+
+            def measured(w: Worker) -> bool:  # the hot shard it runs now, once read a while
+                loads = {s.shard_id: s.load for s in w.status().shards if s.key in w.status().held}
+                return any(s in loads and (sample := loads[s]) is not None and sample.records_per_s > 0
+                           for s in hot)
+
+            assert eventually(lambda: all(measured(w) for w in workers), 30)
+        for w in workers:
+            status = w.status()
+            assert status.lease_counters["takeovers"] == 0
+            assert status.load_share is not None  # the published plan is a load plan
+            assert status.cpu_utilisation is not None and status.cpu_utilisation >= 0
+        assert journal.duplicates() == 0
+        assert shard_order_ok(journal.snapshot())
+    finally:
+        for w in workers:
+            w.stop()
