@@ -244,3 +244,61 @@ def test_explain_rejects_bad_arguments(args: list[str], option: str, words: str)
 def test_explain_requires_members_and_consumer() -> None:
     result = runner.invoke(app, ["explain", "--members", "a"])
     assert result.exit_code == 2 and "--consumer" in flat(result.output)
+
+
+# --- balance --------------------------------------------------------------------------------
+
+
+def skewed_loads(tmp_path: Path) -> tuple[Path, list[str]]:
+    keys = [f"orders/shardId-{i:012d}" for i in range(16)]
+    path = tmp_path / "loads.json"
+    path.write_text(json.dumps({k: 8.0 if i < 4 else 1.0 for i, k in enumerate(keys)}))
+    return path, keys
+
+
+def test_balance_shows_the_count_plan_against_the_load_plan(tmp_path: Path) -> None:
+    loads, keys = skewed_loads(tmp_path)
+    result = runner.invoke(app, ["balance", "--members", "a,b,c,d", "--loads", str(loads), "--json"])
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.stdout)
+    assert data["busiest_before"] > 1.5 and data["busiest_after"] <= 1.1
+    assert data["moves"] >= 1 and data["hot_keys"] == []
+    assert [r["member"] for r in data["members_after"]] == ["a", "b", "c", "d"]
+    moved = [e for e in data["heaviest_keys"] if e["owner"] != e["was"]]
+    assert moved and all(e["why"] == "moved to repair a member out of tolerance" for e in moved)
+    text = flat(runner.invoke(app, ["balance", "--members", "a,b,c,d", "--loads", str(loads)]).output)
+    assert "load over fair share" in text and "the 16 heaviest keys" in text
+
+
+def test_balance_names_a_hot_key_and_reads_current_owners_and_weights(tmp_path: Path) -> None:
+    loads, keys = skewed_loads(tmp_path)
+    loads.write_text(json.dumps({k: 1.0 for k in keys} | {keys[3]: 40.0}))
+    current = tmp_path / "owners.json"
+    current.write_text(json.dumps({k: "a" for k in keys}))
+    result = runner.invoke(app, ["balance", "-m", "a,b,c", "--loads", str(loads), "--current", str(current),
+                                 "--weights", "a=1,b=1,c=2", "--json"])
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.stdout)
+    assert data["hot_keys"] == [keys[3]]
+    hot = next(e for e in data["heaviest_keys"] if e["key"] == keys[3])
+    assert hot["why"] == "hotter than a fair share: a member to itself" and hot["owner"] == "c"
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--loads", "missing.json"], "cannot read"),
+    (["--loads", "list.json"], "must hold a JSON object of key -> load"),
+    (["--loads", "bad.json"], "is not JSON"),
+    (["--loads", "equal.json"], "every key weighs the same"),
+    (["--loads", "neg.json"], "must be a finite number >= 0"),
+    (["--loads", "equal.json", "--weights", "a=x"], "is not member=weight"),
+])
+def test_balance_refuses_bad_input_by_option(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                             args: list[str], message: str) -> None:
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "list.json").write_text("[1, 2]")
+    (tmp_path / "bad.json").write_text("{nope")
+    (tmp_path / "equal.json").write_text(json.dumps({"k1": 2.0, "k2": 2.0}))
+    (tmp_path / "neg.json").write_text(json.dumps({"k1": -2.0, "k2": 2.0}))
+    result = runner.invoke(app, ["balance", "--members", "a,b", *args])
+    assert result.exit_code == 2
+    assert message in flat(result.output)
