@@ -61,6 +61,26 @@ def test_a_holder_without_a_session_row_is_stalled() -> None:
     assert reads.stalled == {"c"}
 
 
+def test_a_run_of_dead_predecessors_is_walked_one_member_a_round_not_one_a_backup_check() -> None:
+    """Past a stalled predecessor, the member before it is read every round until it is known
+    to run; a dead one there makes its keys read the next round, and so on: keys planned for a
+    run of members that never ran are read and timed within a round per member of the run
+    (seed 34: a crash next to two listed members that never ran took three backup checks)."""
+    plan = stable_assignment(("m0", "m1", "p0", "p1"), KEYS, replicas=1)
+    reads = ScopedReads("m1")
+    reads.judge({"m0": None}, {}, now=0.0, tick_interval=1.0)  # its predecessor is dead
+    _, sessions = reads.to_read(plan, (), check_backups=False)
+    assert "p1" in sessions  # the one before it, read this round: not only at a backup check
+    reads.judge({"p1": None}, {}, now=0.1, tick_interval=1.0)
+    wanted, sessions = reads.to_read(plan, (), check_backups=False)
+    assert set(plan.keys_of("p1")) <= wanted and "p0" in sessions
+    reads.judge({"p0": None}, {}, now=0.2, tick_interval=1.0)
+    wanted, _ = reads.to_read(plan, (), check_backups=False)
+    assert set(plan.keys_of("p0")) | set(plan.keys_of("m0")) <= wanted
+    reads.settled.add("p0")  # a settled dead member is read at the backup checks only
+    assert "p0" not in reads.to_read(plan, (), check_backups=False)[1]
+
+
 def test_stable_tuples_for_the_planner_cache_and_the_sweep_chore_owners() -> None:
     reads = ScopedReads("a")
     first = reads.members_tuple(["c", "a", "b"])
