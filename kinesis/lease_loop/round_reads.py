@@ -416,9 +416,10 @@ class Planner:
 
     def _read_loads(self, members: Sequence[str]) -> Mapping[str, float] | None:
         """Every planned member's loads from its session row (one batch read per 100
-        members); None if one reports none (an older build, or not yet): then counts
-        balance. A key two members report (a hand-off between reports) weighs what its
-        baseline owner says."""
+        members); None if a member that runs reports none (an older build, ``balance="count"``,
+        or one just started): then counts balance. A listed member without a session row runs
+        nothing and reports nothing (its keys weigh the median). A key two members report (a
+        hand-off between reports) weighs what its baseline owner says."""
         assert self._read_sessions is not None
         rows = self._read_sessions(members)
         base = self.published.baseline
@@ -426,7 +427,9 @@ class Planner:
         merged: dict[str, float] = {}
         for member in sorted(rows):
             row = rows[member]
-            if row is None or row.loads is None:
+            if row is None:
+                continue
+            if row.loads is None:
                 return None
             for key, load in row.loads.items():
                 if key not in merged or owners.get(key) == member:

@@ -72,6 +72,7 @@ def summarise(results: list[dict[str, Any]], elapsed: float) -> dict[str, Any]:
         "elapsed_s": round(elapsed, 1),
         "schedules_per_minute": round(60 * len(results) / elapsed, 1) if elapsed else None,
         "cpu_s_per_schedule": round(sum(r["cpu_s"] for r in results) / max(1, len(results)), 3),
+        "schedules_ending_on_a_load_plan": sum(1 for r in results if r.get("load_plans")),
     }
 
 
@@ -121,6 +122,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--provider", choices=("keys", "worker"), help="every scenario plans these keys")
     parser.add_argument("--membership", choices=MEMBERSHIPS,
                         help="every scenario's member list: kept by the world (static) or its members (session)")
+    parser.add_argument("--balance", choices=("count", "load"), default="count",
+                        help="load: members balance by skewed loads (scoped reads)")
     parser.add_argument("--profile", choices=("long", "fast"), default="long",
                         help="fast: fewer disturbances, a shorter quiet phase (the test suite's)")
     parser.add_argument("--out", type=Path, help="write the coverage report (JSON) here")
@@ -142,6 +145,8 @@ def main(argv: list[str] | None = None) -> int:
                                ("membership", args.membership)) if v}
     if args.profile != "long":
         fixed["profile"] = args.profile
+    if args.balance != "count":
+        fixed["balance"] = args.balance
 
     if args.seed is not None or args.replay is not None:
         if args.replay is not None:
@@ -204,7 +209,7 @@ def main(argv: list[str] | None = None) -> int:
         report["seed_range"] = [args.start, args.start + args.seeds - 1]
         args.out.write_text(json.dumps(report, indent=1) + "\n")
     print(json.dumps({k: report[k] for k in ("seeds", "failed", "failing_seeds", "schedules_by_membership",
-                                             "schedules_per_minute")}))
+                                             "schedules_ending_on_a_load_plan", "schedules_per_minute")}))
     return 1 if failed else 0
 
 

@@ -192,6 +192,9 @@ class Checker:
             "settle_d": round(self.settle / d, 2),
             "events": len(scenario.events),
             "publishes": len(self.publishes),
+            "load_plans": sum(1 for m in world.members.values() if m.alive and not m.legacy
+                              and (base := m.coordinator._reads._planner.published.baseline) is not None
+                              and base.loads is not None),
         }
 
     def _check_publishes(self) -> None:

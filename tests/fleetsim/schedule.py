@@ -104,6 +104,9 @@ class Scenario:
     events: tuple[Event, ...] = ()
     membership: str = "static"
     """Who keeps the member list: "static" (the world) or "session" (the members, in the table)."""
+    loads: tuple[float, ...] = ()
+    """Balance by load (``LoadBalancing``): the loads members report, a key weighing the one
+    its crc32 picks; empty: by count (``--balance load`` draws them)."""
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), indent=1, sort_keys=True)
@@ -116,6 +119,7 @@ class Scenario:
         data["phantoms"] = tuple(data.get("phantoms", ()))
         data["skew"] = tuple(data["skew"])
         data["events"] = tuple(Event(**e) for e in data["events"])
+        data["loads"] = tuple(data.get("loads", ()))
         return cls(**data)
 
     def kinds(self) -> tuple[str, ...]:
@@ -130,10 +134,20 @@ PROFILES = {"long": (6, 25.0), "fast": (4, 14.0)}
 
 
 def draw(seed: int, *, kinds: tuple[str, ...] = KINDS, max_events: int | None = None, reads: str | None = None,
-         provider: str | None = None, profile: str = "long", membership: str | None = None) -> Scenario:
+         provider: str | None = None, profile: str = "long", membership: str | None = None,
+         balance: str = "count") -> Scenario:
     """The scenario of ``seed``: a random fleet and up to ``max_events`` disturbances of ``kinds``
     (``reads``, ``provider`` and ``membership``: fixed instead of drawn; ``profile``: "long", or
-    "fast": fewer disturbances and a shorter quiet phase, for the test suite)."""
+    "fast": fewer disturbances and a shorter quiet phase, for the test suite; ``balance="load"``:
+    scoped members that balance by skewed loads, drawn from a stream of their own)."""
+    if balance not in ("count", "load"):
+        raise ValueError(f"balance must be 'count' or 'load', got {balance!r}")
+    if balance == "load":
+        weights = random.Random(seed * 15485863 + 3)
+        loads = tuple(round(weights.choice([1.0, 1.0, 1.0, 2.0, 8.0]) * weights.uniform(0.8, 1.2), 3)
+                      for _ in range(16))
+        return replace(draw(seed, kinds=kinds, max_events=max_events, reads="scoped", provider=provider,
+                            profile=profile, membership=membership), loads=loads)
     most, quiet = PROFILES[profile]
     max_events = most if max_events is None else max_events
     # its own stream, drawn first: a static scenario draws exactly what it drew before there was a choice

@@ -34,6 +34,7 @@ import json
 import math
 import random
 import threading
+import zlib
 from collections import Counter, defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -49,6 +50,7 @@ from kinesis.errors import KinesisHashRingError, LeaseLostError
 from kinesis.lease_loop.coordinator import LeaseCoordinator
 from kinesis.lease_loop.membership import SessionMembership
 from kinesis.lease_loop.plan import PLAN_CHORE
+from kinesis.lease_loop.settings import LoadBalancing
 from kinesis.lease_loop.table.leases import LeaseTable
 from kinesis.lease_loop.table.model import SHARD_END, Lease
 from tests.fleetsim.bounds import Timing, shard_sync_interval, timing
@@ -60,6 +62,8 @@ TABLE = "sim-leases"
 RECORDS_PER_SECOND = 4.0
 BATCH = 8
 NOBODY = "zz-nobody"
+LOAD_INTERVAL_D = 4.0
+"""Lease durations between two load chores (``LoadBalancing.interval``) in scenarios with loads."""
 """The one name a member list shows when nobody is listed (a member list is never empty)."""
 WRITES = frozenset({"PutItem", "UpdateItem", "DeleteItem", "TransactWriteItems"})
 MEMBERS_HEAD = "__manifest__#members"
@@ -344,11 +348,19 @@ class World:
             else:
                 member.provider = ShardSync(table, streams)
             resources = member.provider
+        balancing = None
+        if self.scenario.loads and self.scenario.reads == "scoped":
+            loads = self.scenario.loads
+
+            def source() -> dict[str, float]:  # what each lease it holds costs it
+                return {k: loads[zlib.crc32(k.encode()) % len(loads)] for k in member.coordinator.held_keys()}
+
+            balancing = LoadBalancing(source, interval=LOAD_INTERVAL_D * self.scenario.lease_duration)
         return LeaseCoordinator(
             table, member.membership, resources, SimListener(self, member),
             lease_duration=self.scenario.lease_duration, replicas=self.scenario.replicas,
             reads=self.scenario.reads, write_threads=1, warmup_ticks=0,
-            clock=lambda: member.local(self.now),
+            clock=lambda: member.local(self.now), load_balancing=balancing,
         )
 
     def crash(self, member: SimMember) -> None:

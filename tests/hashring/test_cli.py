@@ -257,7 +257,7 @@ def skewed_loads(tmp_path: Path) -> tuple[Path, list[str]]:
 
 
 def test_balance_shows_the_count_plan_against_the_load_plan(tmp_path: Path) -> None:
-    loads, keys = skewed_loads(tmp_path)
+    loads, _ = skewed_loads(tmp_path)
     result = runner.invoke(app, ["balance", "--members", "a,b,c,d", "--loads", str(loads), "--json"])
     assert result.exit_code == 0, result.output
     data = json.loads(result.stdout)

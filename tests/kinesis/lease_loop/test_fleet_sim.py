@@ -68,6 +68,19 @@ def test_the_fast_profile_finds_no_violation() -> None:
     assert not unexpected, f"{summary}\n{result.stderr[-6000:]}"
 
 
+@pytest.mark.slow
+def test_the_fast_profile_balancing_by_load_finds_no_violation() -> None:
+    """Members that balance by skewed loads (``--balance load``: the plan chore publishes load
+    plans from the loads on their session rows) keep every bound; most runs end on a load plan
+    (the rest have a member that reports no loads, such as an older build: counts, by design)."""
+    seeds = int(os.environ.get("FLEETSIM_LOAD_SEEDS", "40"))
+    result = fleetsim("--balance", "load", "--profile", "fast", "--seeds", str(seeds), "--start", "1", "--jobs", "2",
+                      "--quiet", timeout=900)
+    summary = json.loads(result.stdout.strip().splitlines()[-1])
+    assert summary["seeds"] == seeds and not summary["failing_seeds"], f"{summary}\n{result.stderr[-6000:]}"
+    assert summary["schedules_ending_on_a_load_plan"] >= seeds // 3
+
+
 # --- who keeps the member list --------------------------------------------------------------------
 
 

@@ -99,6 +99,18 @@ def test_a_member_that_reports_no_loads_keeps_the_fleet_on_counts(aws: LocalAWS)
     assert base is not None and base.loads is None
 
 
+def test_a_listed_member_that_never_runs_does_not_keep_the_fleet_on_counts(aws: LocalAWS) -> None:
+    """A dead pod still listed has no session row: it reports nothing and runs nothing, so
+    the others still balance by load (a running member without loads would stop it)."""
+    members, keys, loads = skew()
+    fleet = loaded_fleet(aws, "load-ghost", members, keys, loads)
+    fleet.sync_membership([*members, "ghost"])
+    run(fleet, int(4 * INTERVAL))
+    base = fleet.coordinators[members[0]]._reads._planner.published.baseline
+    assert base is not None and base.loads is not None
+    assert set(base.loads) <= set(keys)
+
+
 def test_loads_ride_on_the_session_row_compactly_and_a_bad_one_reads_as_none() -> None:
     loads = {f"app/stream/shardId-{i:012d}": i * 0.125 for i in range(300)}
     blob = encode_loads(loads)
