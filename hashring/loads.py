@@ -37,11 +37,12 @@ from __future__ import annotations
 import heapq
 import math
 import statistics
-from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
 from types import MappingProxyType
 
 import numpy as np
+from sortedcontainers import SortedList
 
 from hashring.balance import (
     Assignment,
@@ -60,6 +61,10 @@ DEFAULT_TOLERANCE = 0.2
 times its fair share."""
 MIN_KEY_SHARE = 0.05
 """No key weighs less than this share of the mean measured load."""
+SCALE = 2**40
+"""The planner's integer weights sum to about this (exact sums: any order gives the same)."""
+MARGIN = 1e-9
+"""A move must lower the busier share by more than this fraction of it."""
 
 
 def check_tolerance(tolerance: object) -> float:
@@ -100,19 +105,40 @@ def key_weights(keys: Iterable[str], loads: Mapping[str, float] | None) -> list[
     return None if min(out) == max(out) else out
 
 
-def fair_level(weights: list[float], capacities: list[float]) -> tuple[float, int]:
+def fair_level(weights: Sequence[float], capacities: Sequence[float]) -> tuple[float, int]:
     """(level, hot keys): the load per unit of capacity of the members left once each key
     heavier than the fair share of the largest member left has a member to itself
-    (water-filling, heaviest key first; at least one member is always left)."""
-    rest_w, rest_c = math.fsum(weights), math.fsum(capacities)
+    (water-filling, heaviest key first; at least one member is always left). Computed on
+    the planner's integer weights (:func:`integer_weights`), so what is left is an exact
+    difference, never a rounding residue."""
+    ints, unit = integer_weights(weights)
+    level, hot = _fair_level(ints, capacities)
+    return level * unit, hot
+
+
+def integer_weights(weights: Sequence[float]) -> tuple[list[int], float]:
+    """Each weight scaled to an integer (all summing to about :data:`SCALE`; none below 1),
+    and what one integer unit weighs: sums of them are the same in any order."""
+    total = math.fsum(weights)
+    if total <= 0:
+        return [1] * len(weights), 0.0
+    return [max(1, round(w / total * SCALE)) for w in weights], total / SCALE
+
+
+def _fair_level(weights: Sequence[int], capacities: Sequence[float]) -> tuple[float, int]:
+    ranked = sorted(weights, reverse=True)
     caps = sorted(capacities, reverse=True)
-    hot = 0
-    for w in sorted(weights, reverse=True):
-        if hot >= len(caps) - 1 or w <= caps[hot] * rest_w / rest_c:
+    total_w, total_c = sum(ranked), math.fsum(caps)
+    used_w, hot = 0, 0
+    while hot < min(len(ranked), len(caps) - 1):
+        rest_c = total_c - math.fsum(caps[:hot])
+        if ranked[hot] * rest_c <= caps[hot] * (total_w - used_w):
             break
-        rest_w, rest_c, hot = rest_w - w, rest_c - caps[hot], hot + 1
+        used_w += ranked[hot]
+        hot += 1
+    rest_w, rest_c = total_w - used_w, total_c - math.fsum(caps[:hot])
     if rest_w <= 0:  # no more keys than hot ones: the lightest hot key sets the level
-        return min(weights) / caps[max(hot - 1, 0)], hot
+        return ranked[hot - 1] / caps[hot - 1], hot
     return rest_w / rest_c, hot
 
 
@@ -129,6 +155,8 @@ class LoadReport:
     first: each needs a member to itself, and splitting the shard would spread it."""
     member_keys: Mapping[str, int]
     """How many keys each member holds."""
+    hot_shares: Mapping[str, float] = field(default_factory=dict)
+    """Each hot key's weight over the fair share of the largest member."""
 
     def busiest(self) -> float:
         """The largest load / fair share over the members holding two keys or more (a
@@ -152,9 +180,11 @@ def load_report(plan: Assignment, loads: Mapping[str, float] | None,
     for k, wk in zip(keys, w, strict=True):
         member_loads[plan.owners[k][0]] += wk
     by_weight = sorted(zip(w, keys, strict=True), key=lambda p: (-p[0], p[1]))
+    largest = max(caps) * level
     return LoadReport(MappingProxyType(member_loads),
                       MappingProxyType({m: c * level for m, c in zip(plan.members, caps, strict=True)}),
-                      tuple(k for _, k in by_weight[:hot]), MappingProxyType(plan.counts()))
+                      tuple(k for _, k in by_weight[:hot]), MappingProxyType(plan.counts()),
+                      MappingProxyType({k: wk / largest for wk, k in by_weight[:hot]}))
 
 
 def balance_loads(
@@ -182,17 +212,26 @@ def balance_loads(
 
 
 class _Balancer:
-    """One planning run: member loads, heaps of givers and of takers, the greedy moves."""
+    """One planning run: member loads, heaps of givers and of takers, the greedy moves.
 
-    def __init__(self, fleet: Fleet, ks: KeySet, w: list[float], capacities: list[float],
+    Weights are integers (each key's weight scaled so that all of them sum to about 2**40),
+    so a member's load is the same whatever order its keys came and went in: a plan made
+    from this run's output computes the very loads this run ended with, and a move is made
+    only if it lowers the busier share by more than :data:`MARGIN` (an exact mirror swap,
+    or a rounding, never counts as a gain). Each member's keys are kept sorted by weight, so
+    the best key to move is found by bisection next to the weight that would even the pair."""
+
+    def __init__(self, fleet: Fleet, ks: KeySet, weights: list[float], capacities: list[float],
                  current: Mapping[str, str | None], tol: float):
-        self.w, self.tol = w, tol
-        level, _ = fair_level(w, capacities)
+        w, _ = integer_weights(weights)
+        self.w = w
+        self.tol = tol
+        level, _ = _fair_level(w, capacities)
         self.fair = [c * level for c in capacities]
         self.ties = [int(h) for h in fleet.hashes.tolist()]
         n = len(fleet.members)
-        self.load = [0.0] * n
-        self.held: list[set[int]] = [set() for _ in range(n)]
+        self.load = [0] * n
+        self.held: list[SortedList] = [SortedList() for _ in range(n)]  # (weight, key index)
         self.stamp = [0] * n
         self.owner = [-1] * len(ks.keys)
         index = fleet.index
@@ -206,7 +245,7 @@ class _Balancer:
         # takers: one heap per capacity class, least loaded first
         classes = sorted(set(capacities), reverse=True)
         self.class_of = [classes.index(c) for c in capacities]
-        self.takers: list[list[tuple[float, int, int, int]]] = [[] for _ in classes]
+        self.takers: list[list[tuple[int, int, int, int]]] = [[] for _ in classes]
         for i in range(n):
             self._push_taker(i)
         free.sort(key=lambda j: (-w[j], j))  # heaviest first; key-hash order breaks ties
@@ -215,12 +254,12 @@ class _Balancer:
 
     def _give(self, j: int, i: int) -> None:
         self.owner[j] = i
-        self.held[i].add(j)
+        self.held[i].add((self.w[j], j))
         self.load[i] += self.w[j]
         self.stamp[i] += 1
 
     def _take(self, j: int, i: int) -> None:
-        self.held[i].discard(j)
+        self.held[i].remove((self.w[j], j))
         self.load[i] -= self.w[j]
         self.stamp[i] += 1
 
@@ -266,18 +305,26 @@ class _Balancer:
 
     def _best_move(self, b: int) -> tuple[int, int] | None:
         """(key, taker) whose move from ``b`` leaves the larger of the two shares smallest,
-        if that is below ``b``'s share now."""
-        rb, fb = self.ratio(b), self.fair[b]
+        if that is below ``b``'s share now by more than :data:`MARGIN`. The larger share is
+        smallest for the key nearest the weight that evens the pair, so only the keys next
+        to it (the lightest key of each weight) are tried."""
+        rb, fb, lb = self.ratio(b), self.fair[b], self.load[b]
+        held = self.held[b]
         best: tuple[float, int, int] | None = None
         for c in range(len(self.takers)):
             t = self._top(c, skip=b)
             if t < 0:
                 continue
             lt, ft = self.load[t], self.fair[t]
-            for j in sorted(self.held[b]):
-                wj = self.w[j]
-                after = max((self.load[b] - wj) / fb, (lt + wj) / ft)
-                if after < rb and (best is None or (after, j) < best[:2]):
+            even = (lb * ft - lt * fb) / (fb + ft)  # the weight that leaves both shares equal
+            at = held.bisect_left((math.ceil(even), -1))
+            for pos in (at, at - 1):
+                if not 0 <= pos < len(held):
+                    continue
+                wj = held[pos][0]
+                wj, j = held[held.bisect_left((wj, -1))]  # the first key of that weight
+                after = max((lb - wj) / fb, (lt + wj) / ft)
+                if after < rb * (1 - MARGIN) and (best is None or (after, j) < best[:2]):
                     best = (after, j, t)
         return None if best is None else (best[1], best[2])
 

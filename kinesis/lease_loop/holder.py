@@ -374,6 +374,8 @@ class LeaseHolder:
                 row = self.table.renew_session(self._me, token, previous, plan_version=self.plan_version,
                                                handled=handled if previous is not None else frozenset(),
                                                **({"loads": loads} if loads is not None else {}))
+                # (an older table fake without loads still renews; a first renewal without
+                # loads removes an earlier run's: SessionRows.renew)
             except DuplicateMemberIdError as exc:
                 with self.lock:
                     self.refused = exc
@@ -415,16 +417,19 @@ class LeaseHolder:
                 self._session_sent = max(self._session_sent, sent)
 
     def _loads_due(self, now: float) -> bytes | None:
-        """The loads to write with this renewal: once per :attr:`load_every` (None otherwise,
-        or when measuring fails: it is logged, and the renewal goes ahead without them)."""
+        """The loads to write with this renewal: once per :attr:`load_every` (None otherwise).
+        When measuring fails it is logged and the loads on the row are removed (``b""``): a
+        member whose loads are unknown keeps the fleet on counts rather than on stale loads;
+        the renewal goes ahead either way."""
         source = self.load_source
         if source is None or now - self._loads_sent < self.load_every:
             return None
         try:
             return encode_loads(source())
         except Exception as exc:  # a measurement must never stop a renewal
-            log.warning("%s: could not measure its loads: %s: %s", self._me, type(exc).__name__, exc)
-            return None
+            log.warning("%s: could not measure its loads (they are removed from its session row "
+                        "until it can): %s: %s", self._me, type(exc).__name__, exc)
+            return b""
 
     def end_session(self) -> None:
         """Delete the session row, if one was written (a graceful stop; errors ignored: it

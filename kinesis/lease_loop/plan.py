@@ -113,22 +113,26 @@ class Baseline:
     digest: str
     owners: Mapping[str, str]
     loads: Loads | None = None
+    tolerance: float = DEFAULT_TOLERANCE
+    """The tolerance it was balanced with: every member plans from it with the same one."""
 
 
-def encode(plan: Assignment, loads: Loads | None = None) -> bytes:
+def encode(plan: Assignment, loads: Loads | None = None, tolerance: float = DEFAULT_TOLERANCE) -> bytes:
     """The canonical payload of ``plan``'s primaries (keys sorted; owners as member indexes)
-    and, for a load plan, the loads it was balanced with (null: a key not measured)."""
+    and, for a load plan, the loads it was balanced with (null: a key not measured) and the
+    tolerance."""
     index = {m: i for i, m in enumerate(plan.members)}
     keys = sorted(plan.owners)
     doc: dict[str, object] = {"format": FORMAT, "members": list(plan.members), "keys": keys,
                               "owners": [index[plan.owners[k][0]] for k in keys]}
     if loads is not None:
         doc["loads"] = [loads.get(k) for k in keys]
+        doc["tolerance"] = tolerance
     return json.dumps(doc, separators=(",", ":")).encode()
 
 
-def decode(payload: bytes, where: str) -> tuple[dict[str, str], Loads | None]:
-    """(key -> owner, key -> load or None) of a payload; :class:`ManifestCorruptError`
+def decode(payload: bytes, where: str) -> tuple[dict[str, str], Loads | None, float]:
+    """(key -> owner, key -> load or None, tolerance) of a payload; :class:`ManifestCorruptError`
     (naming ``where``) if malformed."""
     try:
         doc = json.loads(payload)
@@ -142,7 +146,10 @@ def decode(payload: bytes, where: str) -> tuple[dict[str, str], Loads | None]:
             loads = {str(k): float(v) for k, v in zip(keys, doc["loads"], strict=True) if v is not None}
             if any(not math.isfinite(v) or v < 0 for v in loads.values()):
                 raise ValueError("a load is not a finite number >= 0")
-        return {str(k): str(members[i]) for k, i in zip(keys, owners, strict=True)}, loads
+        tolerance = float(doc.get("tolerance", DEFAULT_TOLERANCE))
+        if not 0 < tolerance < 1:
+            raise ValueError(f"tolerance {tolerance!r}")
+        return {str(k): str(members[i]) for k, i in zip(keys, owners, strict=True)}, loads, tolerance
     except (ValueError, KeyError, TypeError, IndexError) as exc:
         raise ManifestCorruptError(where, f"plan unreadable ({exc!r}): the chore owner publishes a new one") from exc
 
@@ -161,7 +168,8 @@ class PublishedPlan:
         self.baseline: Baseline | None = None
         self._plan: tuple[tuple[object, ...], Assignment] | None = None
         self._encoded: tuple[Assignment, bytes, str] | None = None
-        self._plan_loads: tuple[Assignment, Loads | None] | None = None  # a plan and the loads it was made with
+        self._plan_loads: tuple[Assignment, Loads | None, float] | None = None  # a plan, the loads and
+        # tolerance it was made with
         self._balanced_at = -math.inf  # when this member last planned with fresh loads (the load chore)
         self._report: tuple[Assignment, LoadReport | None] | None = None  # the last plan's load report
         self._hot: tuple[str, ...] = ()  # the hot keys last logged
@@ -197,11 +205,11 @@ class PublishedPlan:
                 owners = {k: o[0] for k, o in plan.owners.items()}
                 plan = plan_assignment(members, keys, current_owners=owners, weights=weights)
         elif base.loads is not None:  # a load plan: balanced with its loads (the same plan back)
-            plan = balance_loads(members, keys, base.owners, base.loads, weights, tolerance=self.tolerance)
+            plan = balance_loads(members, keys, base.owners, base.loads, weights, tolerance=base.tolerance)
         else:
             plan = plan_assignment(members, keys, current_owners=base.owners, weights=weights)
         self._plan = (inputs, plan)
-        self._plan_loads = (plan, base.loads if base is not None else None)
+        self._plan_loads = (plan, base.loads, base.tolerance) if base is not None else (plan, None, DEFAULT_TOLERANCE)
         return plan
 
     def pending(self, plan: Assignment) -> bool:
@@ -305,10 +313,13 @@ class PublishedPlan:
         if self._me not in listed or chore_owners(PLAN_CHORE, listed)[0] != self._me:
             return
         self._balanced_at = now
+        made_with = self._plan_loads
         try:
-            loads = read_loads(members)
-            if loads is None and base.loads is None:
+            measured = read_loads(members)
+            if measured is None and base.loads is None:
                 return  # a count plan stays one
+            # only the keys planned: what the document keeps, so every member weighs alike
+            loads = None if measured is None else {k: v for k, v in measured.items() if k in set(keys)}
             w = weights if isinstance(weights, Mapping) else None
             new = (plan_assignment(members, keys, current_owners=base.owners, weights=w) if loads is None
                    else balance_loads(members, keys, base.owners, loads, w, tolerance=self.tolerance))
@@ -318,10 +329,8 @@ class PublishedPlan:
             head = self._store.head(consistent=True)
             if head is None or (head.version, head.digest) != (base.version, base.digest):
                 return  # another version meanwhile: followed first
-            made_with, self._plan_loads = self._plan_loads, (new, loads)
-            if not self._publish(self._store, head, new):
-                self._plan_loads = made_with  # this round's plan keeps its own loads
-            else:
+            self._plan_loads = (new, loads, self.tolerance)
+            if self._publish(self._store, head, new):
                 self._plan = ((members, keys, self.baseline, weights), new)
                 log.info("%s: balanced by load: %d keys move", self._me, len(moved))
                 if self._tell is not None:
@@ -330,6 +339,9 @@ class PublishedPlan:
         except (KinesisHashRingError, BotoCoreError, ClientError) as exc:
             log.warning("%s: the load chore failed (the plan stays): %s", self._me, exc)
             self._count("plan_errors")
+        finally:
+            if self._plan is not None and self._plan[1] is not (self._plan_loads or (None,))[0]:
+                self._plan_loads = made_with  # not published: this round's plan keeps its own loads
 
     def load_report(self) -> LoadReport | None:
         """How this member's last plan spreads the baseline's loads (None under a count plan),
@@ -346,10 +358,9 @@ class PublishedPlan:
         self._report = (made[1], report)
         hot = report.hot_keys if report is not None else ()
         if hot and hot != self._hot and report is not None:
-            level = max(report.fair_shares.values())
             log.warning("%s: %d lease(s) each hotter than a member's fair share, each given a member to "
                         "itself: %s; split those shards to spread their load", self._me, len(hot),
-                        ", ".join(f"{k} ({base.loads.get(k, 0.0) / level:.1f}x a share)" for k in hot[:10]))
+                        ", ".join(f"{k} ({report.hot_shares[k]:.1f}x a share)" for k in hot[:10]))
         self._hot = hot
         return report
 
@@ -413,7 +424,7 @@ class PublishedPlan:
                 self._adopt(head, plan)
                 return True
             try:
-                owners, loads = decode(store.read(head), store.head_key)
+                owners, loads, tolerance = decode(store.read(head), store.head_key)
             except (ManifestCorruptError, ManifestConflictError) as exc:
                 if not owner(self._head_seen[1], repair=True):
                     raise
@@ -421,7 +432,7 @@ class PublishedPlan:
                             self._me, head.version, exc)
                 self._count("plan_errors")
             else:
-                self.baseline = Baseline(head.version, head.digest, owners, loads)
+                self.baseline = Baseline(head.version, head.digest, owners, loads, tolerance)
                 return True
         elif not (pending and owner(self._pending_since, repair=head is None and self._chain_version > 0)):
             return False  # (a head lost after others planned from it: rebuilt like an unreadable one)
@@ -462,21 +473,22 @@ class PublishedPlan:
         that plan back (the planner is idempotent), so the cached plan stays the answer for
         its inputs: no second re-plan after a change is adopted (0.4-0.5 s at 100,000 x
         10,000 in ``benchmarks/bench_planner.py``, re-plan after a join)."""
+        loads, tolerance = self._loads(plan)
         self.baseline = Baseline(head.version, head.digest, {k: o[0] for k, o in plan.owners.items()},
-                                 self._loads(plan))
+                                 loads, tolerance)
         if self._plan is not None and self._plan[1] is plan:
             members, keys, _, weights = self._plan[0]
             self._plan = ((members, keys, self.baseline, weights), plan)
 
-    def _loads(self, plan: Assignment) -> Loads | None:
-        """The loads ``plan`` was made with (None: a count plan)."""
+    def _loads(self, plan: Assignment) -> tuple[Loads | None, float]:
+        """The loads (None: a count plan) and tolerance ``plan`` was made with."""
         made = self._plan_loads
-        return made[1] if made is not None and made[0] is plan else None
+        return (made[1], made[2]) if made is not None and made[0] is plan else (None, DEFAULT_TOLERANCE)
 
     def _encode(self, plan: Assignment) -> tuple[bytes, str]:
         hit = self._encoded
         if hit is None or hit[0] is not plan:
-            payload = encode(plan, self._loads(plan))
+            payload = encode(plan, *self._loads(plan))
             hit = (plan, payload, hashlib.sha256(payload).hexdigest())
             self._encoded = hit
         return hit[1], hit[2]

@@ -6,7 +6,7 @@ import math
 import random
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from hashring import InvalidLoadsError, balance_loads, load_report, plan_assignment
@@ -47,13 +47,44 @@ def test_deterministic_and_order_independent(fleet: tuple, rnd: random.Random) -
     assert sum(a.quotas.values()) == len(keys)
 
 
-@given(fleets())
-def test_a_plan_made_from_its_own_output_moves_nothing(fleet: tuple) -> None:
-    """Members that adopt a published plan and plan again with its loads agree with it."""
+capacities_st = st.sampled_from([1.0, 2.0, 0.5, 1.5, 3.0, 0.3, 1 / 3, 0.7])
+
+
+@settings(max_examples=300)
+@given(fleets(), st.one_of(st.none(), st.lists(capacities_st, min_size=10, max_size=10)),
+       st.sampled_from([0.05, 0.1, 0.2, 0.5, 0.9]))
+def test_a_plan_made_from_its_own_output_moves_nothing(fleet: tuple, caps: list[float] | None,
+                                                        tolerance: float) -> None:
+    """Members that adopt a published plan and plan again with its loads agree with it, at
+    any tolerance and with capacities: member loads are integer sums, so the order keys came
+    and went in cannot tip a comparison (a float version flipped one lease between two
+    members forever, about 1 input in 500)."""
     members, keys, current, loads = fleet
-    plan = balance_loads(members, keys, current, loads)
-    again = balance_loads(members, keys, owners(plan), loads)
+    weights = dict(zip(members, caps, strict=False)) if caps is not None else None
+    # (no loads with capacities is plan_assignment's weighted count plan: its float quotas
+    # may settle a tie one step later, which PublishedPlan settles before it publishes)
+    assume(weights is None or key_weights(keys, loads) is not None)
+    plan = balance_loads(members, keys, current, loads, weights, tolerance=tolerance)
+    again = balance_loads(members, keys, owners(plan), loads, weights, tolerance=tolerance)
     assert again.moves_from(owners(plan)) == 0
+
+
+def test_the_flip_a_float_planner_made_forever_is_gone() -> None:
+    """The review's counterexample: near-equal weights whose float sums differed in the last
+    bit by the order of moves; re-planning the plan moved one lease back and forth."""
+    rnd = random.Random(5686)
+    members = [f"m{i}" for i in range(rnd.randint(2, 12))]
+    keys = [f"k{i}" for i in range(rnd.randint(10, 60))]
+    for attempt in range(200):
+        loads = {k: rnd.choice([0.1, 0.2, 0.3, 1e-9, 7.7, 1 / 3]) for k in keys}
+        weights = {m: rnd.choice([1.0, 2.0, 0.5, 1 / 3]) for m in members}
+        current = {k: rnd.choice(members) for k in keys}
+        plan = balance_loads(members, keys, current, loads, weights)
+        held = owners(plan)
+        for _ in range(3):
+            again = balance_loads(members, keys, held, loads, weights)
+            assert again.moves_from(held) == 0, attempt
+            held = owners(again)
 
 
 @given(members_st, keys_st, st.randoms(use_true_random=False), st.sampled_from([None, 7.0, 0]))
@@ -129,7 +160,8 @@ def test_a_shard_hotter_than_a_fair_share_gets_a_member_to_itself() -> None:
     alone = plan.owner(keys[5])
     assert plan.keys_of(alone) == [keys[5]]
     assert sorted(len(plan.keys_of(m)) for m in members if m != alone) == [4, 4, 4]
-    assert fair_level([30.0] + [1.0] * 12, [1.0] * 4) == (4.0, 1)
+    level, hot = fair_level([30.0] + [1.0] * 12, [1.0] * 4)
+    assert level == pytest.approx(4.0) and hot == 1
 
 
 @pytest.mark.parametrize("seed", range(5))

@@ -165,13 +165,14 @@ class ConsumerPool:
     def statuses(self) -> list[ShardStatus]:
         return [c.status() for c in self.consumers()]
 
-    def loads(self, metric: str) -> dict[str, float]:
+    def loads(self, metric: str, min_seconds: float = 0.0) -> dict[str, float]:
         """What each shard this worker runs costs, by ``metric`` (one of
-        :data:`~kinesis.consumer.shard.load.LOAD_METRICS`); shards not measured yet are left
-        out (they weigh the median)."""
+        :data:`~kinesis.consumer.shard.load.LOAD_METRICS`). Shards measured for less than
+        ``min_seconds`` are left out (they weigh the median): a shard just handed over reads
+        its backlog at full speed, and that burst is not its load."""
         out: dict[str, float] = {}
         for consumer in self.consumers():
             sample = consumer.load.sample()
-            if sample is not None:
+            if sample is not None and sample.seconds >= min_seconds:
                 out[consumer.key] = sample.weight(metric)
         return out

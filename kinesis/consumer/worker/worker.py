@@ -176,7 +176,8 @@ class Worker:
             self.shard_sync,
             self.pool,
             clock=clock,
-            load_balancing=LoadBalancing(functools.partial(self.pool.loads, config.load_metric),
+            load_balancing=LoadBalancing(functools.partial(self.pool.loads, config.load_metric,
+                                                           min(30.0, config.load_balance_interval / 2)),
                                          config.load_balance_interval, config.load_tolerance)
             if config.balance == "load" else None,
             **config.coordinator_kwargs(self.reads),
@@ -440,7 +441,8 @@ class Worker:
         if report is None or me not in report.fair_shares or report.fair_shares[me] <= 0:
             return {}
         share = report.member_loads[me] / report.fair_shares[me]
-        return {"load_share": share, "hot_shards": {k: share for k in report.hot_keys if k in held}}
+        return {"load_share": share,
+                "hot_shards": {k: v for k, v in report.hot_shares.items() if k in held}}
 
     def status_dict(self) -> dict[str, Any]:
         """:meth:`status` as a JSON-friendly dict."""

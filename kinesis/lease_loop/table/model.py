@@ -295,7 +295,7 @@ def decode_loads(value: Any) -> Mapping[str, float] | None:
         return None
     try:
         doc = json.loads(zlib.decompressobj().decompress(bytes(value["B"]), MAX_LOADS_BYTES * 64))
-    except (ValueError, zlib.error):
+    except (ValueError, zlib.error, RecursionError):  # RecursionError: deeply nested garbage
         return None
     if not isinstance(doc, dict) or not all(
             isinstance(k, str) and isinstance(v, int | float) and not isinstance(v, bool)

@@ -75,7 +75,8 @@ class SessionRows:
         (None: the first renewal of this token, which replaces any earlier session);
         ``plan_version`` (if not 0) is recorded for its watchers (:mod:`.published_plan`);
         ``handled`` offers are removed from the row's :data:`~.lease_model.OFFERS`; ``loads``
-        (:func:`~.model.encode_loads`), if given, replace the row's :data:`~.model.LOADS`. If the
+        (:func:`~.model.encode_loads`), if given, replace the row's :data:`~.model.LOADS` (``b""``
+        removes them, as a first renewal without loads does: an earlier run's are not this one's). If the
         row was deleted meanwhile, a new session starts under a new token (the row returned
         names it), so a (token, counter) pair a watcher timed never comes back.
 
@@ -87,15 +88,19 @@ class SessionRows:
         if previous is None:
             names = {"#tok": m.SESSION_TOKEN, "#c": m.COUNTER, "#pv": m.PLAN_VERSION}
             values: dict[str, dict[str, Any]] = {":tok": {"S": token}, ":one": num(1)}
-            sets = ["#tok = :tok"]
-            if loads is not None:
-                names["#ld"], values[":ld"] = m.LOADS, {"B": loads}
+            sets, removes = ["#tok = :tok"], []
+            names["#ld"] = m.LOADS
+            if loads:
+                values[":ld"] = {"B": loads}
                 sets.append("#ld = :ld")
+            else:
+                removes.append("#ld")  # not an earlier run's loads
             if plan_version:
                 values[":pv"] = num(plan_version)
-                expression = f"SET {', '.join(sets)}, #pv = :pv ADD #c :one"
-            else:  # not an earlier run's version
-                expression = f"SET {', '.join(sets)} ADD #c :one REMOVE #pv"
+                sets.append("#pv = :pv")
+            else:
+                removes.append("#pv")  # not an earlier run's version
+            expression = f"SET {', '.join(sets)} ADD #c :one" + (f" REMOVE {', '.join(removes)}" if removes else "")
             response = self.calls.retrying(lambda: s.client.update_item(
                 TableName=s.table_name,
                 Key={m.KEY: {"S": key}},
@@ -108,12 +113,13 @@ class SessionRows:
         set_: dict[str, dict[str, Any]] = {m.COUNTER: num(previous + 1)}
         if plan_version:
             set_[m.PLAN_VERSION] = num(plan_version)
-        if loads is not None:
+        if loads:
             set_[m.LOADS] = {"B": loads}
         condition, values = attributes_equal({"#tok": {"S": token}, "#c": num(previous)})
         delete = {m.OFFERS: {"SS": sorted(handled)}} if handled else None
         try:
-            item = self.calls.update(key, set_=set_, condition=condition, values=values, token="", delete=delete)
+            item = self.calls.update(key, set_=set_, condition=condition, values=values, token="", delete=delete,
+                                     remove=(m.LOADS,) if loads == b"" else ())
         except ConditionFailed as failed:
             current = failed.current
             other = _token(current)

@@ -6,18 +6,26 @@ baseline and publishes; the others adopt; hand-offs stay graceful; a balanced pl
 
 from __future__ import annotations
 
+import random
+import time
+import zlib
+from collections.abc import Callable
 from typing import Any
 
 import pytest
 
-from hashring import balance_loads, load_report, plan_assignment
-from kinesis.errors import ConfigurationError
+from hashring import Assignment, balance_loads, chore_owners, load_report, plan_assignment
+from kinesis.errors import ConfigurationError, LeaseTableUnavailableError
 from kinesis.lease_loop.coordinator import LeaseCoordinator
+from kinesis.lease_loop.holder import LeaseHolder
+from kinesis.lease_loop.plan import DOCUMENT, PLAN_CHORE, PublishedPlan
 from kinesis.lease_loop.settings import LoadBalancing
 from kinesis.lease_loop.table.leases import LeaseTable
+from kinesis.lease_loop.table.manifests import ManifestStore
 from kinesis.lease_loop.table.model import MAX_LOADS_BYTES, decode_loads, encode_loads
+from kinesis.lease_loop.timing import LeaseTiming
 from kinesis.testing import LocalAWS
-from tests.coordinator_fleet import Fleet
+from tests.coordinator_fleet import Fleet, memory_table
 
 INTERVAL = 5.0
 
@@ -136,3 +144,100 @@ def test_load_balancing_is_refused_without_scoped_reads_and_checks_its_arguments
         LoadBalancing(dict, tolerance=1.5)
     with pytest.raises(ConfigurationError, match="must be callable"):
         LoadBalancing({"k": 1.0})  # type: ignore[arg-type]
+
+
+# --- what the review of the first version found --------------------------------------------------
+
+
+def chore_owner_plan() -> tuple[PublishedPlan, ManifestStore, tuple[str, ...],
+                                                                    tuple[str, ...], Callable[..., Assignment]]:
+    members = tuple(f"m{i}" for i in range(4))
+    keys = tuple(f"k{i:02d}" for i in range(16))
+    store = ManifestStore(memory_table(), DOCUMENT)
+    p = PublishedPlan(store, chore_owners(PLAN_CHORE, list(members))[0])
+
+    def tick(now: float, measured: dict[str, float] | None) -> Assignment:
+        plan = p.plan(members, keys, None)
+        p.follow(plan, list(members), now, full=True, ready=True, tick_interval=1.0, recheck_interval=1000.0)
+        p.rebalance(list(members), now, ready=True, interval=10.0, read_loads=lambda _: measured)
+        return plan
+
+    return p, store, members, keys, tick
+
+
+def test_a_publish_that_fails_leaves_the_plan_in_hand_with_its_own_loads() -> None:
+    """A throttled publish of a load plan must not leave this member's plan pending (it
+    would then publish the same owners without loads, and followers would undo the balance)."""
+    p, store, members, keys, tick = chore_owner_plan()
+    hot = {k: 8.0 if i < 4 else 1.0 for i, k in enumerate(keys)}
+    for t in range(3):
+        tick(float(t), hot)
+    assert p.baseline is not None and p.baseline.loads is not None
+    mine = [k for k, o in p.baseline.owners.items() if o == members[0]]
+    shifted = {k: 8.0 if k in mine else 1.0 for k in keys}
+    version = p.version
+
+    def throttled(*_: object, **__: object) -> None:
+        raise LeaseTableUnavailableError("throttled")
+
+    real, store.publish = store.publish, throttled  # type: ignore[method-assign]
+    tick(40.0, shifted)
+    store.publish = real  # type: ignore[method-assign]
+    assert p.version == version and not p.pending(p.plan(members, keys, None))
+    tick(51.0, shifted)  # the next interval publishes it, with its loads
+    assert p.version == version + 1 and p.baseline.loads is not None
+
+
+def test_followers_plan_with_the_published_tolerance_not_their_own() -> None:
+    """The tolerance travels with the plan: a member configured otherwise (a rollout) plans
+    the published plan back, not a plan of its own."""
+    p, store, members, keys, tick = chore_owner_plan()
+    tick(0.0, None)  # a count plan first
+    assert p.baseline is not None
+    counted = dict(p.baseline.owners)
+
+    def moved_by_a_tighter_follower(loads: dict[str, float]) -> bool:
+        published = balance_loads(members, keys, counted, loads, tolerance=0.2)
+        published_owners = {k: o[0] for k, o in published.owners.items()}
+        return balance_loads(members, keys, published_owners, loads, tolerance=0.05).moves_from(published_owners) > 0
+
+    draws = (random.Random(seed) for seed in range(200))
+    loads = next(d for d in ({k: r.choice([1.0, 1.3, 2.0, 5.0]) for k in keys} for r in draws)
+                 if moved_by_a_tighter_follower(d))
+    for t in range(1, 4):
+        tick(float(t) * 11, loads)
+    base = p.baseline
+    assert base is not None and base.loads is not None and base.tolerance == 0.2
+    tighter = balance_loads(members, keys, base.owners, base.loads, tolerance=0.05)
+    assert tighter.moves_from(base.owners) > 0  # a member planning with its own 0.05 would move keys
+    follower = PublishedPlan(store, "m-other", tolerance=0.05)
+    plan = follower.plan(members, keys, None)
+    follower.follow(plan, list(members), 5.0, full=True, ready=False, tick_interval=1.0, recheck_interval=1000.0)
+    assert follower.baseline is not None and follower.baseline.tolerance == 0.2
+    again = follower.plan(members, keys, None)
+    assert not follower.pending(again)  # the published plan back: planned with 0.2, not 0.05
+
+
+def test_a_restart_without_loads_and_a_failed_measurement_remove_the_rows_loads(aws: LocalAWS) -> None:
+    """Loads on a session row are this run's or none: a first renewal without loads removes an
+    earlier run's (a restart with balance='count', an older build), and a failed measurement
+    removes them too (counts, rather than stale loads)."""
+    table = LeaseTable.open(aws.client("dynamodb"), "load-rows")
+    row = table.renew_session("m0", "t1", None, loads=encode_loads({"k": 1.0}))
+    assert row.loads == {"k": 1.0}
+    row = table.renew_session("m0", "t2", None)
+    assert row.loads is None  # a new run, without loads
+    row = table.renew_session("m0", "t2", row.counter, loads=encode_loads({"k": 2.0}))
+    assert row.loads == {"k": 2.0}
+    assert table.renew_session("m0", "t2", row.counter, loads=b"").loads is None
+    holder = LeaseHolder(table, "m1", LeaseTiming.of(3.0), time.monotonic)
+
+    def broken() -> dict[str, float]:
+        raise RuntimeError("no measurement")
+
+    holder.load_source, holder.load_every = broken, 0.0
+    assert holder._loads_due(time.monotonic()) == b""
+
+
+def test_a_deeply_nested_loads_blob_reads_as_none() -> None:
+    assert decode_loads({"B": zlib.compress(b"[" * 200_000)}) is None

@@ -91,14 +91,15 @@ def first_publish(aws: LocalAWS, name: str, n: int, n_keys: int
 def test_payload_round_trip_and_corrupt_payloads_are_named() -> None:
     plan = stable_assignment(["a", "b", "c"], [f"k{i}" for i in range(7)])
     owners = {k: o[0] for k, o in plan.owners.items()}
-    assert decode(encode(plan), "x") == (owners, None)
-    loads = {"k0": 2.5, "k3": 0.0}  # a load plan: its loads travel with it (null: not measured)
-    assert decode(encode(plan, loads), "x") == (owners, loads)
+    assert decode(encode(plan), "x") == (owners, None, 0.2)
+    loads = {"k0": 2.5, "k3": 0.0}  # a load plan: its loads and tolerance travel with it (null: not measured)
+    assert decode(encode(plan, loads, 0.3), "x") == (owners, loads, 0.3)
     assert encode(plan) == encode(stable_assignment(["c", "a", "b"], [f"k{i}" for i in reversed(range(7))]))
     for bad in (b"not json", b'{"format": 2, "members": [], "keys": [], "owners": []}',
                 b'{"format": 1, "members": ["a"], "keys": ["k"], "owners": [3]}',
                 b'{"format": 1, "members": ["a"], "keys": ["k"], "owners": [0], "loads": [1, 2]}',
-                b'{"format": 1, "members": ["a"], "keys": ["k"], "owners": [0], "loads": [-1]}'):
+                b'{"format": 1, "members": ["a"], "keys": ["k"], "owners": [0], "loads": [-1]}',
+                b'{"format": 1, "members": ["a"], "keys": ["k"], "owners": [0], "loads": [1], "tolerance": 2}'):
         with pytest.raises(ManifestCorruptError, match="plan unreadable"):
             decode(bad, "__manifest__#plan")
 
