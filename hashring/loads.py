@@ -129,14 +129,15 @@ def _fair_level(weights: Sequence[int], capacities: Sequence[float]) -> tuple[fl
     ranked = sorted(weights, reverse=True)
     caps = sorted(capacities, reverse=True)
     total_w, total_c = sum(ranked), math.fsum(caps)
-    used_w, hot = 0, 0
+    used_w, used_c, hot = 0, 0.0, 0  # weights (exact) and capacities of the members given a hot key
     while hot < min(len(ranked), len(caps) - 1):
-        rest_c = total_c - math.fsum(caps[:hot])
+        rest_c = total_c - used_c
         if ranked[hot] * rest_c <= caps[hot] * (total_w - used_w):
             break
         used_w += ranked[hot]
+        used_c += caps[hot]
         hot += 1
-    rest_w, rest_c = total_w - used_w, total_c - math.fsum(caps[:hot])
+    rest_w, rest_c = total_w - used_w, total_c - used_c
     if rest_w <= 0:  # no more keys than hot ones: the lightest hot key sets the level
         return ranked[hot - 1] / caps[hot - 1], hot
     return rest_w / rest_c, hot

@@ -94,6 +94,10 @@ def raise_first(results: list[Any]) -> None:
 
 
 log = logging.getLogger(__name__)
+LOAD_FAILURES_TOLERATED = 3
+"""Failed load measurements in a row after which a member's loads are removed from its session
+row (the fleet then balances by counts): fewer keep the last loads, so one failure does not
+flip the fleet to counts and back."""
 
 
 @dataclass
@@ -178,6 +182,7 @@ class LeaseHolder:
         self.load_every = math.inf
         """Seconds between two renewals that carry the loads (the others leave them as they are)."""
         self._loads_sent = -math.inf  # send time of the last renewal that carried loads
+        self._load_failures = 0  # measurements that failed in a row
         self.refused: DuplicateMemberIdError | None = None
         """Set when another process took this member id over: this process refuses to run."""
         self._inbox: frozenset[str] = frozenset()  # offers to this member, as its last renewal read them
@@ -425,11 +430,16 @@ class LeaseHolder:
         if source is None or now - self._loads_sent < self.load_every:
             return None
         try:
-            return encode_loads(source())
+            loads = encode_loads(source())
         except Exception as exc:  # a measurement must never stop a renewal
-            log.warning("%s: could not measure its loads (they are removed from its session row "
-                        "until it can): %s: %s", self._me, type(exc).__name__, exc)
-            return b""
+            self._load_failures += 1
+            keep = self._load_failures < LOAD_FAILURES_TOLERATED  # one failure: keep the last loads
+            log.warning("%s: could not measure its loads (%s): %s: %s", self._me,
+                        "the last ones stay" if keep else "removed from its session row until it can",
+                        type(exc).__name__, exc)
+            return None if keep else b""
+        self._load_failures = 0
+        return loads
 
     def end_session(self) -> None:
         """Delete the session row, if one was written (a graceful stop; errors ignored: it

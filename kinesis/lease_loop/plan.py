@@ -318,8 +318,12 @@ class PublishedPlan:
             measured = read_loads(members)
             if measured is None and base.loads is None:
                 return  # a count plan stays one
-            # only the keys planned: what the document keeps, so every member weighs alike
-            loads = None if measured is None else {k: v for k, v in measured.items() if k in set(keys)}
+            # only the keys planned (what the document keeps, so every member weighs alike); a
+            # key nobody reports yet (just handed over: its new owner has not measured it long
+            # enough) keeps the load the baseline has for it rather than weighing the median
+            planned = frozenset(keys)
+            loads = None if measured is None else {
+                k: v for k, v in {**(base.loads or {}), **measured}.items() if k in planned}
             w = weights if isinstance(weights, Mapping) else None
             new = (plan_assignment(members, keys, current_owners=base.owners, weights=w) if loads is None
                    else balance_loads(members, keys, base.owners, loads, w, tolerance=self.tolerance))
@@ -328,7 +332,8 @@ class PublishedPlan:
                 return  # nothing to move: the baseline keeps the loads it was made with
             head = self._store.head(consistent=True)
             if head is None or (head.version, head.digest) != (base.version, base.digest):
-                return  # another version meanwhile: followed first
+                self._behind = True  # another version meanwhile: read it at the next tick
+                return
             self._plan_loads = (new, loads, self.tolerance)
             if self._publish(self._store, head, new):
                 self._plan = ((members, keys, self.baseline, weights), new)

@@ -113,6 +113,9 @@ class ScopedReads:
     def __init__(self, member_id: str):
         self.member_id = member_id
         self.stalled: set[str] = set()
+        self.running: set[str] = set()
+        """Members seen running (a session row that moved, or rows written) and not stalled
+        since: the walk past stalled predecessors stops at them (read at backup checks only)."""
         self.settled: set[str] = set()
         """Stalled holders none of whose keys is theirs any more (all taken over, as read): read
         at the check interval, not every round, until one of their keys is seen theirs again."""
@@ -196,7 +199,8 @@ class ScopedReads:
             # the next member back is read every round until it is known to run (or settled):
             # each dead member of a run would otherwise cost a backup check before the keys
             # planned past it are read and timed (seed 34 of the fleet simulator, three hops)
-            if current not in passed and (check_backups or current not in self.settled):
+            if current not in passed and (check_backups or (current not in self.settled
+                                                            and current not in self.running)):
                 sessions.add(current)
         return wanted, sessions
 
@@ -230,13 +234,16 @@ class ScopedReads:
             previous = seen.get(holder)
             if row is None:
                 self.stalled.add(holder)
+                self.running.discard(holder)
             elif previous is None:
                 continue  # a first sight says nothing: a newcomer stays read in full until it runs
             elif (previous.token, previous.counter) == (row.token, row.counter):
                 if now - previous.since >= tick_interval:
                     self.stalled.add(holder)
+                    self.running.discard(holder)
             else:
                 self.stalled.discard(holder)
+                self.running.add(holder)
 
     def inputs_changed(self) -> bool:
         """Whether the plan's inputs (the members and keys last passed to
@@ -346,6 +353,7 @@ class ScopedReads:
         members = set(members)
         self.stalled.difference_update(members)
         self.settled.difference_update(members)
+        self.running.update(members)
 
     def members_tuple(self, members: Iterable[str]) -> tuple[str, ...]:
         """The same tuple object while the members do not change (the planner's cache hits

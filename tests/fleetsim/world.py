@@ -62,9 +62,9 @@ TABLE = "sim-leases"
 RECORDS_PER_SECOND = 4.0
 BATCH = 8
 NOBODY = "zz-nobody"
+"""The one name a member list shows when nobody is listed (a member list is never empty)."""
 LOAD_INTERVAL_D = 4.0
 """Lease durations between two load chores (``LoadBalancing.interval``) in scenarios with loads."""
-"""The one name a member list shows when nobody is listed (a member list is never empty)."""
 WRITES = frozenset({"PutItem", "UpdateItem", "DeleteItem", "TransactWriteItems"})
 MEMBERS_HEAD = "__manifest__#members"
 """The head row of a "session" scenario's member list."""

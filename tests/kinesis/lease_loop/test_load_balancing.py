@@ -17,7 +17,7 @@ import pytest
 from hashring import Assignment, balance_loads, chore_owners, load_report, plan_assignment
 from kinesis.errors import ConfigurationError, LeaseTableUnavailableError
 from kinesis.lease_loop.coordinator import LeaseCoordinator
-from kinesis.lease_loop.holder import LeaseHolder
+from kinesis.lease_loop.holder import LOAD_FAILURES_TOLERATED, LeaseHolder
 from kinesis.lease_loop.plan import DOCUMENT, PLAN_CHORE, PublishedPlan
 from kinesis.lease_loop.settings import LoadBalancing
 from kinesis.lease_loop.table.leases import LeaseTable
@@ -236,7 +236,26 @@ def test_a_restart_without_loads_and_a_failed_measurement_remove_the_rows_loads(
         raise RuntimeError("no measurement")
 
     holder.load_source, holder.load_every = broken, 0.0
-    assert holder._loads_due(time.monotonic()) == b""
+    assert [holder._loads_due(time.monotonic()) for _ in range(LOAD_FAILURES_TOLERATED)] == \
+        [None] * (LOAD_FAILURES_TOLERATED - 1) + [b""]  # the last loads stay a while, then go
+
+
+def test_a_key_nobody_reports_yet_keeps_its_published_load() -> None:
+    """A lease just handed over is not reported until its new owner has measured it a while:
+    it keeps the load the plan has for it, rather than weighing the median and pulling more
+    keys after it at the next interval."""
+    p, _, _, _, tick = chore_owner_plan()
+    tick(0.0, None)
+    assert p.baseline is not None
+    hot = {k: 8.0 if i < 4 else 1.0 for i, k in enumerate(sorted(p.baseline.owners))}
+    for t in range(1, 4):
+        tick(11.0 * t, hot)
+    version = p.version
+    assert p.baseline is not None and p.baseline.loads is not None
+    moved_hot = [k for k in sorted(hot) if hot[k] == 8.0]
+    for t in range(4, 8):  # the hot keys' new owners have not reported them yet
+        tick(11.0 * t, {k: v for k, v in hot.items() if k not in moved_hot})
+    assert p.version == version
 
 
 def test_a_deeply_nested_loads_blob_reads_as_none() -> None:

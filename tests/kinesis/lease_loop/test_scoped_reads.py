@@ -81,6 +81,23 @@ def test_a_run_of_dead_predecessors_is_walked_one_member_a_round_not_one_a_backu
     assert "p0" not in reads.to_read(plan, (), check_backups=False)[1]
 
 
+def test_the_walk_stops_at_a_member_known_to_run() -> None:
+    """A running member the walk reaches (past a dead, settled one) is read at the backup
+    checks only, not every round: a dead listed pod must not cost its successor's successor
+    a read a round forever."""
+    plan = stable_assignment(("m0", "m1", "m2", "p0"), KEYS, replicas=1)
+    reads = ScopedReads("m0")  # its predecessor p0 never runs; m2 before it runs
+    reads.judge({"p0": None}, {}, now=0.0, tick_interval=1.0)
+    reads.settled.add("p0")
+    assert "m2" in reads.to_read(plan, (), check_backups=False)[1]  # not known to run yet
+    reads.judge({"m2": SessionRow("m2", "t", 6)}, {"m2": SessionSeen("t", 5, 0.0, 0.0)}, now=0.5,
+                tick_interval=1.0)  # its session moved: it runs
+    assert "m2" not in reads.to_read(plan, (), check_backups=False)[1]
+    assert "m2" in reads.to_read(plan, (), check_backups=True)[1]
+    reads.judge({"m2": None}, {"m2": SessionSeen("t", 6, 0.5, 0.5)}, now=1.0, tick_interval=1.0)
+    assert "m2" in reads.to_read(plan, (), check_backups=False)[1]  # gone: walked past again
+
+
 def test_stable_tuples_for_the_planner_cache_and_the_sweep_chore_owners() -> None:
     reads = ScopedReads("a")
     first = reads.members_tuple(["c", "a", "b"])
