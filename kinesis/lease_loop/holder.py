@@ -378,9 +378,7 @@ class LeaseHolder:
             try:
                 row = self.table.renew_session(self._me, token, previous, plan_version=self.plan_version,
                                                handled=handled if previous is not None else frozenset(),
-                                               **({"loads": loads} if loads is not None else {}))
-                # (an older table fake without loads still renews; a first renewal without
-                # loads removes an earlier run's: SessionRows.renew)
+                                               loads=loads)
             except DuplicateMemberIdError as exc:
                 with self.lock:
                     self.refused = exc

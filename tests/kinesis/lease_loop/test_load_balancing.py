@@ -103,6 +103,9 @@ def test_a_member_that_reports_no_loads_keeps_the_fleet_on_counts(aws: LocalAWS)
     counts = fleet.counts()
     assert max(counts.values()) - min(counts.values()) <= 1
     assert busiest_over_mean(history[-1], loads, members) > 1.5
+    rows = fleet.table.read_rows((), members)[1]  # the others do report: the chore chose counts
+    assert all(rows[m] is not None and rows[m].loads is not None for m in members[1:])
+    assert rows[members[0]] is not None and rows[members[0]].loads is None
     base = fleet.coordinators[members[0]]._reads._planner.published.baseline
     assert base is not None and base.loads is None
 

@@ -169,12 +169,14 @@ class FlakySessions(LeaseTable):
     applied = False
 
     def renew_session(self, member_id: str, token: str, previous: int | None, *, plan_version: int = 0,
-                      handled: frozenset[str] = frozenset()) -> SessionRow:
+                      handled: frozenset[str] = frozenset(), loads: bytes | None = None) -> SessionRow:
         if self.down:
             if self.applied:
-                super().renew_session(member_id, token, previous, plan_version=plan_version, handled=handled)
+                super().renew_session(member_id, token, previous, plan_version=plan_version, handled=handled,
+                                      loads=loads)
             raise LeaseTableUnavailableError("throttled")
-        return super().renew_session(member_id, token, previous, plan_version=plan_version, handled=handled)
+        return super().renew_session(member_id, token, previous, plan_version=plan_version, handled=handled,
+                                     loads=loads)
 
 
 def test_a_session_lease_is_valid_while_its_chain_lasts_and_no_lease_row_is_written_to_renew_it(
