@@ -8,6 +8,7 @@ other resources than shards) is :mod:`kinesis.lease_loop`; test doubles are in
 """
 
 from kinesis.consumer.kclpy import KclpyCheckpointError, KclpyProcessor
+from kinesis.consumer.keyed.processor import KeyedProcessor
 from kinesis.consumer.retrieval.positions import (
     LATEST,
     SHARD_END,
@@ -76,6 +77,7 @@ __all__ = [
     "InvalidSequenceNumberError",
     "KclpyCheckpointError",
     "KclpyProcessor",
+    "KeyedProcessor",
     "KinesisAccessDeniedError",
     "KinesisHashRingError",
     "LeaseLostError",

@@ -470,10 +470,11 @@ class LeaseCoordinator:
         (:meth:`tick`, :meth:`refresh`: tests, simulators); :meth:`stop` finishes it."""
         self._life.begin(graceful, timeout if timeout is not None else self.lease_duration)
 
-    def checkpoint(self, key: str, checkpoint: Checkpoint | str | object) -> Lease:
+    def checkpoint(self, key: str, checkpoint: Checkpoint | str | object, *, completed: str | None = None) -> Lease:
         """Checkpoint a held lease (from any thread); fenced by owner + counter. ``checkpoint``
         is a :class:`Checkpoint`, its string (a sequence number or sentinel name) or a record
-        (its ``position``).
+        (its ``position``). ``completed``: the records completed beyond it, encoded
+        (:mod:`kinesis.consumer.keyed.progress`), written with it; None removes an earlier set.
 
         A successful checkpoint also renews the lease. It is attempted even when the last
         renewal is late (``holds()`` is False): the conditional write can only succeed if
@@ -482,7 +483,7 @@ class LeaseCoordinator:
         also gets ``on_lease_lost`` on the next tick) and :class:`CheckpointRegressionError`
         if ``checkpoint`` is behind the stored one.
         """
-        return self._holder.checkpoint(key, Checkpoint.of(checkpoint))
+        return self._holder.checkpoint(key, Checkpoint.of(checkpoint), completed)
 
     def prepare_checkpoint(self, key: str, checkpoint: Checkpoint | str | object) -> Lease:
         """Record a pending checkpoint on a held lease (two-phase checkpoints); fenced like

@@ -559,11 +559,13 @@ class LeaseHolder:
             h.gone = True
             return True
 
-    def checkpoint(self, key: str, checkpoint: Checkpoint) -> Lease:
+    def checkpoint(self, key: str, checkpoint: Checkpoint, completed: str | None = None) -> Lease:
         """Checkpoint (and so renew) a held lease, fenced by owner + counter; also past its
-        validity: the write succeeds only if nobody took the lease meanwhile."""
+        validity: the write succeeds only if nobody took the lease meanwhile. ``completed``:
+        records completed beyond it, encoded (None removes an earlier set)."""
         return self._write_held(key, "checkpoints", lambda lease, token, prior: self.table.checkpoint(
-            lease, checkpoint, session=self.session, leased=self.chain_alive(), token=token, prior_token=prior))
+            lease, checkpoint, session=self.session, leased=self.chain_alive(), token=token, prior_token=prior,
+            completed=completed))
 
     def prepare_checkpoint(self, key: str, checkpoint: Checkpoint) -> Lease:
         """Record a pending checkpoint (two-phase checkpoints), fenced and renewing like

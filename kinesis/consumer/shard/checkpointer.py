@@ -27,8 +27,9 @@ from kinesis.lease_loop.table.model import Lease
 class CheckpointSink(Protocol):
     """What the checkpointer writes through (a :class:`~kinesis.lease_loop.coordinator.LeaseCoordinator`)."""
 
-    def checkpoint(self, key: str, checkpoint: Checkpoint | str | object) -> Lease:
-        """Write ``checkpoint`` to the held lease ``key``; raise LeaseLostError if not held."""
+    def checkpoint(self, key: str, checkpoint: Checkpoint | str | object, *, completed: str | None = None) -> Lease:
+        """Write ``checkpoint`` (with ``completed``, the records completed beyond it, encoded)
+        to the held lease ``key``; raise LeaseLostError if not held."""
         ...
 
     def prepare_checkpoint(self, key: str, checkpoint: Checkpoint | str | object) -> Lease:
@@ -53,6 +54,7 @@ class LeaseCheckpointer(CheckpointerBase):
         self.key = key
         self.writes = 0
         """Checkpoints persisted by this checkpointer."""
+        self._progress_written: tuple[Checkpoint, str | None] | None = None
 
     def _persist(self, position: Position | None, *, shard_end: bool) -> None:
         checkpoint = SHARD_END if shard_end else position
@@ -65,6 +67,29 @@ class LeaseCheckpointer(CheckpointerBase):
             self.mark_lease_lost()
             raise
         self.writes += 1
+
+    def write_progress(self, checkpoint: Checkpoint, completed: str | None) -> bool:
+        """Checkpoint ``checkpoint`` (a record's position, or the lease's own start while
+        nothing completed) with ``completed`` (:mod:`kinesis.consumer.keyed.progress`), the
+        keyed runner's exact progress; False if it is what was last written (no write).
+        Never behind the last checkpoint (CheckpointError); LeaseLostError once lost."""
+        with self._lock:
+            self._check_held()
+            if (checkpoint, completed) == self._progress_written:
+                return False
+            if isinstance(checkpoint, Position):
+                self._check_bounds(checkpoint)
+            try:
+                self.sink.checkpoint(self.key, checkpoint, completed=completed)
+            except LeaseLostError:
+                self._lease_lost = True
+                raise
+            self.writes += 1
+            self._progress_written = (checkpoint, completed)
+            if isinstance(checkpoint, Position):
+                self.last_checkpoint = checkpoint
+            self.pending_checkpoint = None
+            return True
 
     def _persist_pending(self, position: Position) -> None:
         try:

@@ -83,6 +83,8 @@ from operator import attrgetter
 from typing import TYPE_CHECKING, Protocol
 
 from kinesis.consumer.kclpy import adapt_processor
+from kinesis.consumer.keyed.processor import KeyedProcessor
+from kinesis.consumer.keyed.runner import Counting, KeyedRunner, KeyedStatus
 from kinesis.consumer.retrieval.failures import MAX_READ_BACKOFF, READ_ERRORS, ReadFailures
 from kinesis.consumer.retrieval.polling import DataGap
 from kinesis.consumer.retrieval.positions import Checkpoint, InitialPosition, Position
@@ -111,10 +113,6 @@ __all__ = ["MAX_READ_BACKOFF", "READ_ERRORS", "ConsumerLeases", "ShardConsumer",
 log = logging.getLogger(__name__)
 """The shard consumer's logger: these lines keep the name operators filter on."""
 _data = attrgetter("data")
-
-
-class Counting(Protocol):
-    def count(self, name: str, n: int = 1) -> None: ...
 
 
 class RetryingConsumer(Protocol):
@@ -292,7 +290,7 @@ class ConsumerLeases(Protocol):
 
     def lease(self, key: str) -> Lease | None: ...
 
-    def checkpoint(self, key: str, checkpoint: Checkpoint | str | object) -> Lease: ...
+    def checkpoint(self, key: str, checkpoint: Checkpoint | str | object, *, completed: str | None = None) -> Lease: ...
 
     def prepare_checkpoint(self, key: str, checkpoint: Checkpoint | str | object) -> Lease: ...
 
@@ -330,6 +328,8 @@ class ShardStatus:
     """How long the processor call in progress has run (None between calls)."""
     load: LoadSample | None = None
     """What the shard costs this member, smoothed over about a minute (None at first)."""
+    keyed: KeyedStatus | None = None
+    """In flight, queued and completed-not-checkpointed records of a keyed-parallel processor."""
 
 
 class NoCoordinator:
@@ -341,7 +341,7 @@ class NoCoordinator:
     def lease(self, key: str) -> Lease | None:
         return None
 
-    def checkpoint(self, key: str, checkpoint: Checkpoint | str | object) -> Lease:
+    def checkpoint(self, key: str, checkpoint: Checkpoint | str | object, *, completed: str | None = None) -> Lease:
         raise LeaseLostError("the worker has no lease coordinator yet")
 
     def prepare_checkpoint(self, key: str, checkpoint: Checkpoint | str | object) -> Lease:
@@ -388,6 +388,8 @@ class ShardConsumer:
         self._last_lag: int | None = None  # MillisBehindLatest of the last fresh read
         self._gaps_reported: set[tuple[str, int]] = set()  # a restarted reader finds the same loss again
         self.checkpointer: LeaseCheckpointer | None = None
+        self.keyed: KeyedRunner | None = None
+        """The keyed-parallel runner, when the processor is a KeyedProcessor."""
         self.failure = FailureState()
         self.stopped = threading.Event()
         """Set once the processor is done with this lease (the hand-off completion)."""
@@ -454,6 +456,7 @@ class ShardConsumer:
             catch_up_seconds=lag.catch_up_seconds,
             processor_call_seconds=None if (started := self.call_started) is None else time.monotonic() - started,
             load=self.load.sample(),
+            keyed=None if (keyed := self.keyed) is None else keyed.status(),
         )
 
     # --- the thread -------------------------------------------------------------------
@@ -496,10 +499,16 @@ class ShardConsumer:
             coordinator, self.key, self.spec.stream, self.shard_id, start.last, start.pending
         )
         self.checkpointer = checkpointer
-        processor = adapt_processor(
-            self.processor_factory(), self.pool.processor_style,
-            source=f"the processor factory of stream {self.spec.stream!r}",
-        )
+        made = self.processor_factory()
+        processor: RecordProcessor
+        if isinstance(made, KeyedProcessor):
+            processor = self.keyed = KeyedRunner(
+                made, self.pool.keyed_executor(), key=self.key, stream=self.spec.stream, shard_id=self.shard_id,
+                start=checkpoint, completed=self.lease.completed, retry=self.pool.config.processor_retry,
+                stopping=lambda: self.reason is not None, counters=self.pool)
+        else:
+            processor = adapt_processor(made, self.pool.processor_style,
+                                        source=f"the processor factory of stream {self.spec.stream!r}")
         processor.initialize(InitializationInput(
             self.spec.stream, self.shard_id, start.last, start.initial, pending_checkpoint=start.pending
         ))
@@ -596,6 +605,8 @@ class ShardConsumer:
                 self.batches += 1
                 self.pool.count_records(self.spec, len(batch.records))
             load.observe(len(batch.records), sum(map(len, map(_data, batch.records))), processing)
+            if self.keyed is not None:
+                self.keyed.tick()  # checkpoints the exact progress when due
             if batch.fresh:
                 lag, self._last_lag = self._last_lag, batch.millis_behind_latest
                 if batch.records or batch.millis_behind_latest == 0 or (

@@ -24,6 +24,7 @@ from typing import Any, Literal, cast
 from hashring import HashRingError
 from hashring.loads import check_tolerance
 from kinesis.consumer.kclpy import KclpyRecordProcessor
+from kinesis.consumer.keyed.processor import KeyedProcessor
 from kinesis.consumer.retrieval.positions import InitialPosition
 from kinesis.consumer.shard.failures import ProcessorRetryPolicy
 from kinesis.consumer.shard.load import LOAD_METRICS
@@ -32,10 +33,11 @@ from kinesis.durations import check_seconds
 from kinesis.errors import ConfigurationError
 from kinesis.lease_loop.timing import DURATIONS, Durations, LeaseTiming
 
-ProcessorFactory = Callable[[], RecordProcessor | KclpyRecordProcessor]
+ProcessorFactory = Callable[[], RecordProcessor | KclpyRecordProcessor | KeyedProcessor]
 """Builds one fresh processor per shard lease (called on every acquisition): a
-:class:`RecordProcessor`, or an amazon-kclpy v3 processor (see
-:mod:`kinesis.consumer.shard.processor`)."""
+:class:`RecordProcessor`, an amazon-kclpy v3 processor (see
+:mod:`kinesis.consumer.shard.processor`) or a
+:class:`~kinesis.consumer.keyed.processor.KeyedProcessor`."""
 
 _STREAM_NAME = re.compile(r"[a-zA-Z0-9_.-]{1,128}")
 _TABLE_NAME = re.compile(r"[a-zA-Z0-9_.-]{3,255}")
@@ -272,6 +274,12 @@ class WorkerConfig:
     there) or ``"stop_shard"`` (hold the lease and process nothing, the checkpoint left where
     it was, until the Worker stops: an operator restarts it with ``"continue"`` to go on).
 
+    Keyed-parallel processors (:class:`~kinesis.consumer.keyed.processor.KeyedProcessor`): their
+    ``async def process`` calls share one event loop thread, their plain ``process`` calls a pool
+    of ``keyed_threads`` threads (default 32), and every shard's pending payload bytes together
+    stay under ``keyed_max_pending_bytes`` (default 256 MiB; reading pauses at it). Per-shard
+    limits are the processor class's.
+
     Health: ``health_port`` (None: no server; 0: any free port) on ``health_host``;
     ``liveness_timeout`` (default ``max(3 ticks, lease_duration)``): the liveness probe fails
     when the lease loop has not ticked for that long (it is stuck: a restart helps).
@@ -315,6 +323,8 @@ class WorkerConfig:
     load_metric: Literal["cpu", "records", "bytes"] = "cpu"
     load_balance_interval: float = 60.0
     load_tolerance: float = 0.2
+    keyed_threads: int = 32
+    keyed_max_pending_bytes: int = 256 * 1024 * 1024
     _timing: LeaseTiming = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -397,6 +407,8 @@ class WorkerConfig:
                 f"processor_retry must be a kinesis.ProcessorRetryPolicy, got {self.processor_retry!r}"
             )
         _positive_int("max_concurrent_handoffs", self.max_concurrent_handoffs)
+        _positive_int("keyed_threads", self.keyed_threads, hi=4096)
+        _positive_int("keyed_max_pending_bytes", self.keyed_max_pending_bytes, hi=1 << 40)
         _positive_int("max_records", self.max_records, hi=10000)
         _positive_int("kinesis_retry_attempts", self.kinesis_retry_attempts, hi=100)
         if self.health_port is not None:

@@ -14,6 +14,7 @@ from collections import Counter
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from kinesis.consumer.keyed.executor import KeyedExecutor
 from kinesis.consumer.retrieval.fanout import ConsumerRegistration
 from kinesis.consumer.retrieval.positions import Checkpoint
 from kinesis.consumer.retrieval.readers import BatchReader, make_reader
@@ -64,6 +65,7 @@ class ConsumerPool:
             }
         )
         self.records: Counter[tuple[str, str]] = Counter()
+        self._keyed: KeyedExecutor | None = None
 
     # --- LeaseListener ------------------------------------------------------------------
 
@@ -107,6 +109,21 @@ class ConsumerPool:
             spec, shard_id, start, kinesis_client=self.kinesis_client, config=self.config,
             registrations=self.registrations, stop_event=stop_event, max_block=self.poll_interval,
         )
+
+    def keyed_executor(self) -> KeyedExecutor:
+        """The Worker's event loop and thread pool for keyed processors (made on first use)."""
+        with self._lock:
+            if self._keyed is None:
+                self._keyed = KeyedExecutor(threads=self.config.keyed_threads,
+                                            max_pending_bytes=self.config.keyed_max_pending_bytes)
+            return self._keyed
+
+    def close(self) -> None:
+        """Stop the keyed executor (after every consumer stopped)."""
+        with self._lock:
+            keyed, self._keyed = self._keyed, None
+        if keyed is not None:
+            keyed.close()
 
     def first_failure(self, key: str, exc: BaseException) -> bool:
         """True the first time ``key`` fails with this error (log its traceback once)."""

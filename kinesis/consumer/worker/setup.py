@@ -8,6 +8,8 @@ from typing import Any
 from hashring import Membership
 from kinesis.consumer.discovery.shards import ShardDiscovery
 from kinesis.consumer.kclpy import check_factory, check_style
+from kinesis.consumer.keyed.processor import KeyedProcessor
+from kinesis.consumer.keyed.runner import check_keyed_class
 from kinesis.consumer.retrieval.fanout import ConsumerRegistration
 from kinesis.consumer.worker.config import ProcessorFactory, WorkerConfig, default_worker_id
 from kinesis.errors import ConfigurationError
@@ -27,17 +29,24 @@ def check_processor_factories(
         )
     check_style(processor_style)
     if processor_factory is not None:
-        check_factory(processor_factory, processor_style)
+        _check(processor_factory, processor_style, "the processor factory")
     for s in config.streams:
         if s.processor_factory is not None:
-            check_factory(s.processor_factory, processor_style,
-                          source=f"the processor factory of stream {s.stream!r}")
+            _check(s.processor_factory, processor_style, f"the processor factory of stream {s.stream!r}")
     missing = [s.stream for s in config.streams if s.processor_factory is None and processor_factory is None]
     if missing:
         raise ConfigurationError(
             f"no processor factory for stream(s) {missing}: pass Worker(config, processor_factory) "
             "or set StreamConfig.processor_factory"
         )
+
+
+def _check(factory: ProcessorFactory, style: str, source: str) -> None:
+    """A KeyedProcessor class has its limits checked; any other factory its style."""
+    if isinstance(factory, type) and issubclass(factory, KeyedProcessor):
+        check_keyed_class(factory)
+    else:
+        check_factory(factory, style, source=source)
 
 
 def default_session() -> Any:

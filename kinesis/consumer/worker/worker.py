@@ -335,6 +335,7 @@ class Worker:
         clean = self.coordinator.stop(graceful=graceful, timeout=grace)
         remaining = max(1.0, grace - (time.monotonic() - started))
         left = self.pool.halt_all(remaining)
+        self.pool.close()
         if left:
             log.warning("worker %s: shard consumers still running at exit: %s", self.worker_id, left)
         if self._own_membership_thread:

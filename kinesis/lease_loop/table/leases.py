@@ -457,15 +457,18 @@ class LeaseTable:
     """KCL's name for :meth:`release`."""
 
     def checkpoint(self, lease: Lease, checkpoint: Checkpoint | str, *, session: str | None = None,
-                   leased: bool = True, token: str | None = None, prior_token: str | Iterable[str] | None = None) -> Lease:
+                   leased: bool = True, token: str | None = None, prior_token: str | Iterable[str] | None = None,
+                   completed: str | None = None) -> Lease:
         """Record progress; fenced by owner + counter and by ``checkpointOrder <= new``.
+        ``completed``: the records completed beyond the checkpoint, encoded (written with it;
+        None removes an earlier one).
 
         Raises :class:`LeaseLostError` if the lease moved, :class:`CheckpointRegressionError`
         if ``checkpoint`` is behind the stored one. :data:`SHARD_END` also sets the state.
         ``leased``, ``token``, ``prior_token``: see :meth:`_fenced`.
         """
         cp = Checkpoint.of(checkpoint)
-        attrs, remove = checkpoint_change(lease, cp, session if leased else None)
+        attrs, remove = checkpoint_change(lease, cp, session if leased else None, completed)
         return self._fenced(lease, "checkpoint", attrs, remove, new_checkpoint=cp, session=session, leased=leased,
                             token=token, prior_token=prior_token)
 

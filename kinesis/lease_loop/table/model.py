@@ -37,6 +37,9 @@ Lease attributes (camelCase, KCL style):
                                     checkpoints; absent in rows that never had one); every
                                     checkpoint write removes it
 ``pendingCheckpointSubSequenceNumber`` N  its sub-sequence number
+``completedBeyond``            S    records completed after the checkpoint (keyed-parallel
+                                    processors: :mod:`kinesis.consumer.keyed.progress`);
+                                    every checkpoint write sets or removes it
 ``leaseSession``               S    the holder's session token, set by each of its writes
 ``leaseSessionCounter``        N    the ``leaseCounter`` of that write: a row whose counter moved
                                     past it was last written by a 0.1 member (which keeps both
@@ -96,6 +99,7 @@ OWNER_SWITCHES = "ownerSwitchesSinceCheckpoint"
 WRITE_TOKEN = "writeToken"
 PENDING_CHECKPOINT = "pendingCheckpoint"
 PENDING_SUB_SEQUENCE = "pendingCheckpointSubSequenceNumber"
+COMPLETED = "completedBeyond"
 SESSION = "leaseSession"
 SESSION_COUNTER = "leaseSessionCounter"
 SESSION_ATTRIBUTES = (SESSION, SESSION_COUNTER)
@@ -174,6 +178,9 @@ class Lease:
     """A prepared checkpoint not committed yet (two-phase checkpoints), or None."""
     session: str | None = field(default=None, repr=False, compare=False)
     """The token of the session the owner took the lease under (None: time the row alone)."""
+    completed: str | None = field(default=None, repr=False, compare=False)
+    """Records completed beyond the checkpoint, encoded (:mod:`kinesis.consumer.keyed.progress`;
+    read leniently: its reader checks it and ignores one that does not fit), or None."""
 
     @property
     def is_free(self) -> bool:
@@ -385,6 +392,12 @@ def _pending_from_item(item: Mapping[str, Any]) -> Checkpoint | None:
     return cp
 
 
+def _completed_from_item(item: Mapping[str, Any]) -> str | None:
+    value = item.get(COMPLETED)
+    text = value.get("S") if isinstance(value, dict) else None
+    return text if isinstance(text, str) else None
+
+
 def lease_from_item(item: Mapping[str, Any]) -> Lease:
     """Parse a lease row; raise :class:`CorruptLeaseError` naming what is wrong."""
     key_attr = item.get(KEY, {})
@@ -420,6 +433,7 @@ def lease_from_item(item: Mapping[str, Any]) -> Lease:
             owner_switches_since_checkpoint=_n(item, OWNER_SWITCHES, default=0),
             write_token=_s(item, WRITE_TOKEN, required=False),
             pending_checkpoint=_pending_from_item(item),
+            completed=_completed_from_item(item),
             session=_s(item, SESSION, required=False) if _n(item, SESSION_COUNTER, default=-1) == counter
             else None,
         )
@@ -501,6 +515,8 @@ def lease_to_item(lease: Lease) -> dict[str, Any]:
         item[WRITE_TOKEN] = {"S": lease.write_token}
     if lease.pending_checkpoint is not None:
         item.update(pending_checkpoint_attributes(lease.pending_checkpoint))
+    if lease.completed is not None:
+        item[COMPLETED] = {"S": lease.completed}
     if lease.session is not None:
         item.update(session_attributes(lease.session, lease.counter))
     return item

@@ -100,9 +100,11 @@ def new_lease(
     )
 
 
-def checkpoint_change(lease: Lease, cp: Checkpoint, session: str | None = None) -> tuple[dict[str, Any], list[str]]:
+def checkpoint_change(lease: Lease, cp: Checkpoint, session: str | None = None,
+                      completed: str | None = None) -> tuple[dict[str, Any], list[str]]:
     """The attributes a checkpoint to ``cp`` by the holder (under ``session``) sets and
-    removes; refuses one behind ``lease``'s."""
+    removes, with ``completed`` (records completed beyond it, encoded) or without (it is
+    removed); refuses one behind ``lease``'s."""
     if cp < lease.checkpoint:
         raise CheckpointRegressionError(
             f"checkpoint {cp} for lease {lease.key!r} is behind the stored {lease.checkpoint}: "
@@ -112,6 +114,10 @@ def checkpoint_change(lease: Lease, cp: Checkpoint, session: str | None = None) 
     attrs[m.OWNER_SWITCHES] = num(0)
     attrs[m.STATE] = {"S": held_state(cp, session).value}
     remove = [m.PENDING_CHECKPOINT, m.PENDING_SUB_SEQUENCE]  # a checkpoint supersedes it
+    if completed is None:
+        remove.append(m.COMPLETED)
+    else:
+        attrs[m.COMPLETED] = {"S": completed}
     if cp.timestamp is None:
         remove.append(m.CHECKPOINT_TS)
     if cp.arrival is None:

@@ -55,7 +55,10 @@ def test_a_new_lease_is_held_at_counter_1_by_its_owner_and_shard_end_sets_the_st
 def test_a_checkpoint_change_resets_the_owner_switches_clears_the_pending_one_and_never_goes_back() -> None:
     attrs, remove = checkpoint_change(HELD, Checkpoint("200"))
     assert attrs[m.OWNER_SWITCHES] == {"N": "0"} and attrs[m.STATE] == {"S": LeaseState.ACTIVE.value}
-    assert remove == [m.PENDING_CHECKPOINT, m.PENDING_SUB_SEQUENCE, m.CHECKPOINT_TS, m.CHECKPOINT_ARRIVAL]
+    assert remove == [m.PENDING_CHECKPOINT, m.PENDING_SUB_SEQUENCE, m.COMPLETED, m.CHECKPOINT_TS,
+                      m.CHECKPOINT_ARRIVAL]
+    attrs, remove = checkpoint_change(HELD, Checkpoint("200"), completed="1|200/0|201/0|2|eJxjAgAAAwAD")
+    assert attrs[m.COMPLETED] == {"S": "1|200/0|201/0|2|eJxjAgAAAwAD"} and m.COMPLETED not in remove
     arrived = datetime(2026, 11, 28, tzinfo=UTC)
     attrs, remove = checkpoint_change(HELD, Checkpoint("200", arrival=arrived))  # a record's, with its arrival
     assert attrs[m.CHECKPOINT_ARRIVAL] == {"M": {"at": {"S": arrived.isoformat()}, "of": {"S": "200/0"}}}

@@ -1,0 +1,102 @@
+"""Where a Worker's keyed processors run: one event loop thread and one bounded thread pool.
+
+``async def process`` coroutines of every shard run on one event loop (a daemon thread): a
+record waiting on I/O costs no thread, so thousands can be in flight. A plain ``process`` runs
+on a thread pool of ``threads`` threads shared by every shard. Per-shard limits are the
+runners' (:mod:`kinesis.consumer.keyed.runner`); the Worker-wide cap on pending payload bytes
+is here, so many shards together cannot exhaust memory.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+from collections.abc import Awaitable, Callable
+from concurrent.futures import Future, ThreadPoolExecutor
+from typing import Any
+
+log = logging.getLogger(__name__)
+
+Done = Callable[[BaseException | None], None]
+
+
+class KeyedExecutor:
+    """Runs record calls for every keyed runner of one Worker (thread-safe)."""
+
+    def __init__(self, *, threads: int = 32, max_pending_bytes: int = 256 * 1024 * 1024):
+        self.threads = threads
+        self.max_pending_bytes = max_pending_bytes
+        self._pool = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="keyed-process")
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._run_loop, name="keyed-loop", daemon=True)
+        self._thread.start()
+        self._lock = threading.Lock()
+        self._changed = threading.Condition(self._lock)
+        self.pending_bytes = 0
+        self._closed = False
+
+    def _run_loop(self) -> None:
+        asyncio.set_event_loop(self._loop)
+        self._loop.run_forever()
+
+    # --- running calls ----------------------------------------------------------------
+
+    def run_async(self, make: Callable[[], Awaitable[Any]], done: Done) -> None:
+        """Run the coroutine ``make()`` on the loop; ``done(error or None)`` on the loop thread."""
+
+        async def call() -> None:
+            try:
+                await make()
+            except BaseException as exc:
+                done(exc)
+                if not isinstance(exc, Exception):
+                    raise
+                return
+            done(None)
+
+        self._loop.call_soon_threadsafe(self._loop.create_task, call())
+
+    def run_sync(self, call: Callable[[], Any], done: Done) -> None:
+        """Run ``call()`` on the pool; ``done(error or None)`` on the pool thread."""
+
+        def finished(future: Future[Any]) -> None:
+            done(future.exception())
+
+        try:
+            self._pool.submit(call).add_done_callback(finished)
+        except RuntimeError as exc:  # the pool was shut down: the Worker stops
+            done(exc)
+
+    def later(self, delay: float, callback: Callable[[], None]) -> None:
+        """Call ``callback()`` on the loop thread after ``delay`` seconds (a retry's backoff)."""
+        self._loop.call_soon_threadsafe(self._loop.call_later, delay, callback)
+
+    # --- the Worker-wide byte cap -------------------------------------------------------
+
+    def reserve(self, nbytes: int) -> None:
+        with self._lock:
+            self.pending_bytes += nbytes
+
+    def release(self, nbytes: int) -> None:
+        with self._changed:
+            self.pending_bytes -= nbytes
+            self._changed.notify_all()
+
+    def wait_for_room(self, timeout: float) -> bool:
+        """Wait up to ``timeout`` for the Worker's pending bytes to fall under the cap."""
+        with self._changed:
+            return self._changed.wait_for(lambda: self.pending_bytes < self.max_pending_bytes or self._closed,
+                                          timeout)
+
+    def full(self) -> bool:
+        return self.pending_bytes >= self.max_pending_bytes
+
+    def close(self) -> None:
+        """Stop the loop and the pool (the Worker stopped: every runner has finished)."""
+        with self._changed:
+            self._closed = True
+            self._changed.notify_all()
+        self._pool.shutdown(wait=False, cancel_futures=True)
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join(5)

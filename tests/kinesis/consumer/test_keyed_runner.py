@@ -1,0 +1,248 @@
+"""The keyed runner (kinesis.consumer.keyed.runner) on its own: per-key order, the in-flight
+cap, backpressure, per-record failures that hold up only their key, and exact hand-offs. Its
+executor is the real one; only the lease sink is a recorder (the Worker tests use moto)."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections import defaultdict
+from typing import Any, ClassVar
+
+import pytest
+
+from kinesis import (
+    TRIM_HORIZON,
+    ConfigurationError,
+    FailureAction,
+    KeyedProcessor,
+    ProcessorRetryPolicy,
+    Record,
+)
+from kinesis.consumer.keyed.executor import KeyedExecutor
+from kinesis.consumer.keyed.progress import usable
+from kinesis.consumer.keyed.runner import KeyedRunner, check_keyed_class
+from kinesis.consumer.retrieval.positions import Checkpoint
+from kinesis.consumer.shard.checkpointer import LeaseCheckpointer
+from tests.support.waiting import eventually
+
+
+def seq(i: int) -> str:
+    return str(49 * 10**54 + i * 3)
+
+
+def record(i: int, key: str) -> Record:
+    return Record("s", "shardId-0", seq(i), 0, key, f"{key}:{i}".encode(), None, None, False)
+
+
+class Sink:
+    """Records every checkpoint written (the coordinator's part a checkpointer calls)."""
+
+    def __init__(self) -> None:
+        self.writes: list[tuple[Checkpoint, str | None]] = []
+
+    def checkpoint(self, key: str, checkpoint: Any, *, completed: str | None = None) -> Any:
+        self.writes.append((Checkpoint.of(checkpoint), completed))
+
+    def prepare_checkpoint(self, key: str, checkpoint: Any) -> Any:
+        raise AssertionError("not used")
+
+
+class Counters:
+    def __init__(self) -> None:
+        self.counts: dict[str, int] = defaultdict(int)
+
+    def count(self, name: str, n: int = 1) -> None:
+        self.counts[name] += n
+
+
+@pytest.fixture
+def executor() -> Any:
+    ex = KeyedExecutor(threads=8)
+    yield ex
+    ex.close()
+
+
+def runner_for(processor: KeyedProcessor, executor: KeyedExecutor, *, start: Checkpoint = TRIM_HORIZON,
+               completed: str | None = None, stop: threading.Event | None = None,
+               retry: ProcessorRetryPolicy | None = None) -> tuple[KeyedRunner, LeaseCheckpointer, Sink]:
+    stop = stop or threading.Event()
+    runner = KeyedRunner(processor, executor, key="app/s/shardId-0", stream="s", shard_id="shardId-0", start=start,
+                         completed=completed, retry=retry or ProcessorRetryPolicy(initial_backoff=0.01, max_backoff=0.02),
+                         stopping=stop.is_set, counters=Counters())
+    sink = Sink()
+    return runner, LeaseCheckpointer(sink, "app/s/shardId-0", "s", "shardId-0"), sink
+
+
+class Ledger(KeyedProcessor):
+    """Async: notes each record per key, checks it never overlaps its key, tracks concurrency."""
+
+    max_in_flight = 8
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.by_key: dict[str, list[int]] = defaultdict(list)
+        self.busy: set[str] = set()
+        self.running = 0
+        self.peak = 0
+        self.overlaps = 0
+
+    async def process(self, record: Record) -> None:
+        key = record.partition_key
+        if key in self.busy:
+            self.overlaps += 1
+        self.busy.add(key)
+        self.running += 1
+        self.peak = max(self.peak, self.running)
+        await asyncio.sleep(0.002 * (hash(record.data) % 3))
+        self.by_key[key].append(int(record.sequence_number))
+        self.running -= 1
+        self.busy.discard(key)
+
+
+def test_records_of_a_key_run_in_order_one_at_a_time_and_keys_run_concurrently(executor: KeyedExecutor) -> None:
+    processor = Ledger()
+    runner, cp, sink = runner_for(processor, executor)
+    records = [record(i, f"k{i % 20}") for i in range(400)]
+    cp.record_delivered(records[-1:])
+    runner.process_records(records, cp)
+    eventually(lambda: sum(map(len, processor.by_key.values())) == 400, what="every record processed")
+    for key, seen in processor.by_key.items():
+        assert seen == sorted(seen), key
+    assert processor.overlaps == 0
+    assert 1 < processor.peak <= 8
+    runner.tick()
+    runner.shutdown_requested(cp)
+    assert sink.writes[-1] == (records[-1].position, None)  # every record done: a plain checkpoint
+
+
+class Blocking(KeyedProcessor):
+    """Plain ``process`` (the thread pool): records of key ``slow`` wait for ``gate``."""
+
+    max_in_flight = 4
+    max_pending_records = 12
+    gate: ClassVar[threading.Event]
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.done: list[int] = []
+        self.lock = threading.Lock()
+
+    def process(self, record: Record) -> None:
+        if record.partition_key == "slow":
+            assert self.gate.wait(30)
+        with self.lock:
+            self.done.append(int(record.sequence_number))
+
+
+def test_reading_pauses_at_the_pending_cap_while_other_keys_keep_flowing(executor: KeyedExecutor) -> None:
+    Blocking.gate = threading.Event()
+    processor = Blocking()
+    runner, cp, _ = runner_for(processor, executor)
+    records = [record(0, "slow")] + [record(i, f"k{i}") for i in range(1, 40)]
+    cp.record_delivered(records[-1:])
+    feeder = threading.Thread(target=runner.process_records, args=(records, cp))
+    feeder.start()
+    # the slow record holds the watermark: 11 more complete, then the window (12) is full
+    eventually(lambda: len(processor.done) == 11, what="other keys processed")
+    status = runner.status()
+    assert status.pending == 12 and status.in_flight == 1 and feeder.is_alive()
+    Blocking.gate.set()
+    feeder.join(30)
+    assert not feeder.is_alive()
+    eventually(lambda: len(processor.done) == 40, what="everything processed")
+
+
+class Flaky(KeyedProcessor):
+    max_in_flight = 4
+
+    def __init__(self, fail_times: int, answer: Any = None) -> None:
+        super().__init__()
+        self.fail_times = fail_times
+        self.answer = answer
+        self.attempts: dict[int, int] = defaultdict(int)
+        self.done: list[tuple[str, int]] = []
+        self.exhausted: list[int] = []
+
+    async def process(self, record: Record) -> None:
+        n = int(record.sequence_number)
+        if record.partition_key == "poison":
+            self.attempts[n] += 1
+            if self.attempts[n] <= self.fail_times:
+                raise ValueError(f"bad record {n}")
+        self.done.append((record.partition_key, n))
+
+    def on_exhausted(self, record: Record, error: BaseException, attempts: int) -> Any:
+        self.exhausted.append(attempts)
+        return self.answer
+
+
+def test_a_failing_record_is_retried_while_other_keys_go_on(executor: KeyedExecutor) -> None:
+    processor = Flaky(fail_times=3)
+    runner, cp, _ = runner_for(processor, executor)
+    records = [record(0, "poison"), record(1, "poison"), *(record(i, f"k{i}") for i in range(2, 30))]
+    cp.record_delivered(records[-1:])
+    runner.process_records(records, cp)
+    eventually(lambda: len(processor.done) == 30, what="all records, the poison key after its retries")
+    assert processor.attempts[int(seq(0))] == 4
+    poison = [n for key, n in processor.done if key == "poison"]
+    assert poison == [int(seq(0)), int(seq(1))]  # in order, the second after the first succeeded
+    assert runner.counters.counts["processor_errors"] == 6  # type: ignore[attr-defined]
+
+
+def test_on_exhausted_skips_one_record_without_blocking_its_key_for_ever(executor: KeyedExecutor) -> None:
+    processor = Flaky(fail_times=100, answer=FailureAction.SKIP)
+    runner, cp, sink = runner_for(processor, executor, retry=ProcessorRetryPolicy(
+        initial_backoff=0.01, max_backoff=0.02, max_attempts=3))
+    records = [record(0, "poison"), record(1, "ok")]
+    cp.record_delivered(records[-1:])
+    runner.process_records(records, cp)
+    eventually(lambda: runner.status().pending == 0, what="the poison record skipped")
+    assert processor.exhausted == [3] and processor.done == [("ok", int(seq(1)))]
+    runner.shutdown_requested(cp)
+    assert sink.writes[-1][0] == records[-1].position
+
+
+def test_a_hand_off_checkpoints_exactly_and_the_next_owner_processes_only_the_rest(executor: KeyedExecutor) -> None:
+    class QuickDrain(Blocking):
+        drain_timeout = 0.2  # the slow record outlives the hand-off's drain
+
+    Blocking.gate = threading.Event()
+    first = QuickDrain()
+    stop = threading.Event()
+    runner, cp, sink = runner_for(first, executor, stop=stop)
+    records = [record(0, "slow"), *(record(i, f"k{i % 5}") for i in range(1, 11)), record(11, "slow")]
+    cp.record_delivered(records[-1:])
+    runner.process_records(records, cp)
+    eventually(lambda: len(first.done) == 10, what="the fast keys processed")
+    stop.set()
+    runner.shutdown_requested(cp)
+    checkpoint, completed = sink.writes[-1]
+    assert checkpoint == TRIM_HORIZON and completed is not None  # record 0 never completed
+    # the next owner reads the same records from the checkpoint
+    Blocking.gate.set()
+    second = Blocking()
+    runner2, cp2, sink2 = runner_for(second, executor, start=checkpoint, completed=completed)
+    assert usable(completed, checkpoint, "k") is not None
+    cp2.record_delivered(records[-1:])
+    runner2.process_records(records, cp2)
+    eventually(lambda: len(second.done) == 2, what="the records that had not completed")
+    assert sorted(second.done) == [int(seq(0)), int(seq(11))]
+    assert not set(second.done) & {int(s) for s in first.done if s != int(seq(0))}
+    runner2.shutdown_requested(cp2)
+    assert sink2.writes[-1] == (records[-1].position, None)
+
+
+@pytest.mark.parametrize(("attrs", "message"), [
+    ({"max_in_flight": 0}, "max_in_flight"),
+    ({"max_in_flight": True}, "max_in_flight"),
+    ({"ordering": "partition"}, "ordering"),
+    ({"max_pending_records": 4, "max_in_flight": 8}, "max_pending_records"),
+    ({"checkpoint_interval": -1}, "checkpoint_interval"),
+])
+def test_impossible_limits_are_refused_by_name(attrs: dict[str, Any], message: str) -> None:
+    cls = type("Bad", (Ledger,), attrs)
+    with pytest.raises(ConfigurationError, match=message):
+        check_keyed_class(cls)
+    with pytest.raises(ConfigurationError, match="must implement process"):
+        check_keyed_class(type("Empty", (KeyedProcessor,), {}))
