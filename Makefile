@@ -54,10 +54,13 @@ bench: venv
 ## This SDK next to real peers (kcl-rs, async-kinesis, azure-eventhub, Knock's design), one run:
 ## builds .venv and each peer's own environment (benchmarks/peers/.venvs), then
 ## benchmarks/results/peers.json and PNG plots. BENCH_PEERS_ARGS=--quick shortens the windows,
-## --full adds 64 shards x 8 members.
+## --full adds 64 shards x 8 members. Then balancing on a skewed stream, ours (by count, by load)
+## next to kcl-rs: benchmarks/results/load_peers.json and .png (~20 min; BENCH_LOAD_ARGS, e.g.
+## --duration 150).
 bench-peers: venv
 	$(PY) -m benchmarks.peers.envs
 	$(PY) benchmarks/bench_peers.py $(BENCH_PEERS_ARGS)
+	$(PY) benchmarks/bench_load_workers.py --with-kcl-rs $(BENCH_LOAD_ARGS)
 
 .PHONY: spark-demo
 ## The Spark pipeline demo: Kinesis source -> per-minute aggregates -> Parquet, checked.

@@ -3,11 +3,12 @@
 Runs in kcl-rs's own environment (``benchmarks/peers/.venvs/kcl-rs``)::
 
     python benchmarks/peers/kcl_rs_member.py --endpoint URL --stream S --application A \\
-        --member-id m1 --out-dir DIR [--shard-sync-ms 2000]
+        --member-id m1 --out-dir DIR [--shard-sync-ms 2000] [--cost-ms 2]
 
 Everything else is kcl-rs's default except ``retrieval_mode="POLLING"`` (moto has no
 SubscribeToShard) and ``initial_position="TRIM_HORIZON"`` (every peer reads from the start).
-The processor writes the ledger (``peer_ledger``) and checkpoints after every batch.
+The processor writes the ledger (``peer_ledger``) and checkpoints after every batch;
+``--cost-ms X`` first burns X ms of CPU per record (``bench_load_workers.py``'s skewed load).
 SIGTERM calls ``Scheduler.shutdown()`` (kcl-rs's graceful shutdown) and exits.
 """
 
@@ -15,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -35,7 +37,9 @@ def main() -> int:
     p.add_argument("--member-id", required=True)
     p.add_argument("--out-dir", required=True, type=Path)
     p.add_argument("--shard-sync-ms", type=int, default=None, help="default: kcl-rs's (60000)")
+    p.add_argument("--cost-ms", type=float, default=0.0, help="CPU ms the processor burns per record")
     args = p.parse_args()
+    cost = args.cost_ms / 1000
     ledger = Ledger(args.out_dir / f"{args.member_id}.ledger")
 
     class Processor(RecordProcessorBase):
@@ -46,6 +50,10 @@ def main() -> int:
             ledger.event("I", self.shard, i.sequence_number or "-")
 
         def process_records(self, p: Any) -> None:
+            if cost > 0 and p.records:  # this thread's CPU time, as bench_load_workers.py's Burning
+                end = time.thread_time() + cost * len(p.records)
+                while time.thread_time() < end:
+                    pass
             ledger.write([record_line(self.shard, r.sequence_number, r.sub_sequence_number, r.data)
                           for r in p.records])
             if p.records:

@@ -1,5 +1,5 @@
 """bench_peers.py's figures (matplotlib, Agg): leases per member over time, one panel per
-peer, and reaction times per peer."""
+peer, and reaction times per peer; bench_load_workers.py's: load per member over time."""
 
 from __future__ import annotations
 
@@ -80,6 +80,55 @@ def _reactions(size: str, runs: dict[str, Any], path: Path) -> Path:
     ax.set_ylabel("seconds (hatched: not reached in the phase)")
     ax.set_title(f"Reaction times per peer, {size}", fontsize=10)
     ax.legend(fontsize=7, ncol=4)
+    fig.tight_layout()
+    fig.savefig(path, dpi=90)
+    plt.close(fig)
+    return path
+
+
+LOAD_ROWS = (("records_per_s", "records/s", 1.0), ("cpu_utilisation", "CPU, % of a core", 100.0),
+             ("shards_held", "shards held", 1.0))
+LOAD_TITLES = {"count": 'ours, balance="count"', "load": 'ours, balance="load"', "kcl-rs": "kcl-rs (its defaults)"}
+
+
+def plot_load_series(modes: list[dict[str, Any]], path: Path, title: str = "") -> Path:
+    """bench_load_workers.py's figure: one column per fleet; rows records/s, CPU and shards held
+    per member per 10 s window, from before the hot switch (the dashed line at 0 s); a dotted
+    line where a fleet converged."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig, axes = plt.subplots(len(LOAD_ROWS), len(modes), figsize=(4.6 * len(modes), 8.0), squeeze=False,
+                             sharex=True, sharey="row")
+    for col, mode in enumerate(modes):
+        s = mode["series"]
+        hot = mode.get("hot_by_member", {})
+        xs = [t + s["window_s"] for t in s["start_s"]]  # each value at its window's end
+        for row, (field, label, scale) in enumerate(LOAD_ROWS):
+            ax = axes[row][col]
+            for i, (member, values) in enumerate(sorted(s[field].items())):
+                name = f"{member} ({hot[member]} hot)" if hot.get(member) else member
+                if field == "shards_held":  # offset a little, so equal counts do not hide each other
+                    ys = [float("nan") if v is None else v + (i - 1.5) * 0.06 for v in values]
+                    ax.step(xs, ys, where="post", label=name, linewidth=1.2)
+                else:
+                    ys = [float("nan") if v is None else v * scale for v in values]
+                    ax.plot(xs, ys, marker=".", markersize=3, label=name, linewidth=1.2)
+            ax.axvline(0, color="grey", linestyle="--", linewidth=0.8)
+            if mode.get("converged_s") is not None:
+                ax.axvline(mode["converged_s"], color="green", linestyle=":", linewidth=0.9)
+            ax.grid(alpha=0.3)
+            ax.tick_params(labelsize=7)
+            if col == 0:
+                ax.set_ylabel(label, fontsize=8)
+            if row == 0:
+                converged = "" if mode.get("converged_s") is None else f", converged {mode['converged_s']:g} s"
+                ax.set_title(f"{LOAD_TITLES.get(mode['mode'], mode['mode'])}\nbusiest/mean, last minute: records "
+                             f"{mode['busiest_records_over_mean']:.2f}, CPU {mode['busiest_cpu_over_mean'] or 0:.2f}"
+                             f"{converged}", fontsize=8)
+            if row == len(LOAD_ROWS) - 1:
+                ax.set_xlabel("s from the hot switch (end of each 10 s window)", fontsize=7)
+                ax.legend(fontsize=7, ncol=2, loc="upper center", bbox_to_anchor=(0.5, -0.28))
+    if title:
+        fig.suptitle(title, fontsize=9)
     fig.tight_layout()
     fig.savefig(path, dpi=90)
     plt.close(fig)
