@@ -98,5 +98,11 @@ class KeyedExecutor:
             self._closed = True
             self._changed.notify_all()
         self._pool.shutdown(wait=False, cancel_futures=True)
-        self._loop.call_soon_threadsafe(self._loop.stop)
+
+        def cancel_and_stop() -> None:
+            for task in asyncio.all_tasks(self._loop):
+                task.cancel()  # a record still running is delivered again by the next owner
+            self._loop.call_soon(self._loop.stop)  # after the cancellations are delivered
+
+        self._loop.call_soon_threadsafe(cancel_and_stop)
         self._thread.join(5)

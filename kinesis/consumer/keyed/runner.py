@@ -41,7 +41,7 @@ from kinesis.consumer.retrieval.records import Record
 from kinesis.consumer.shard.checkpointer import LeaseCheckpointer
 from kinesis.consumer.shard.failures import FailedBatch, FailureAction, ProcessorRetryPolicy
 from kinesis.consumer.shard.processor import Checkpointer, InitializationInput, RecordProcessor
-from kinesis.errors import ConfigurationError
+from kinesis.errors import ConfigurationError, LeaseLostError
 
 log = logging.getLogger(__name__)
 
@@ -128,6 +128,7 @@ class KeyedRunner(RecordProcessor):
         self._running: dict[int, float] = {}  # index -> when it started
         self._attempts: dict[int, int] = {}
         self._stuck: set[int] = set()
+        self._backoff: dict[int, tuple[Record, Hashable]] = {}  # failed records waiting to be retried
         self._active_keys: set[Hashable] = set()  # keys with a record in flight (or in backoff)
         self._pending_bytes = 0
         self._open = True
@@ -267,13 +268,14 @@ class KeyedRunner(RecordProcessor):
         """A call returned (any thread): complete the record, or retry it after a backoff."""
         if error is not None and not self._gives_up(index, record, error):
             with self._cond:
-                open_ = self._open
-                if not open_:
-                    self._forget(index, key)
-                    self._cond.notify_all()
-            if open_:
-                delay = self.retry.backoff(self._attempts[index])
-                self.executor.later(delay, lambda: self._retry(index, record, key))
+                retry = self._open and isinstance(error, Exception)
+                if retry:
+                    self._backoff[index] = (record, key)
+                else:  # closed, or cancelled: the next owner delivers it again
+                    self._abandon(index, record, key)
+            if retry:
+                delay = self.retry.backoff(self._attempts.get(index, 1))
+                self.executor.later(delay, lambda: self._retry(index))
             return
         size = len(record.data)
         with self._cond:
@@ -299,11 +301,21 @@ class KeyedRunner(RecordProcessor):
         else:
             self._queues.pop(key, None)
 
-    def _retry(self, index: int, record: Record, key: Hashable) -> None:
+    def _abandon(self, index: int, record: Record, key: Hashable) -> None:
+        """Give up ``index`` without completing it (under the lock): it is delivered again."""
+        self._forget(index, key)
+        self._pending_bytes -= len(record.data)
+        self.executor.release(len(record.data))
+        self._cond.notify_all()
+
+    def _retry(self, index: int) -> None:
         with self._cond:
+            waiting = self._backoff.pop(index, None)
+            if waiting is None:
+                return  # abandoned meanwhile (the lease ended)
+            record, key = waiting
             if not self._open:
-                self._forget(index, key)
-                self._cond.notify_all()
+                self._abandon(index, record, key)
                 return
         self._call(index, record, key)
 
@@ -373,6 +385,9 @@ class KeyedRunner(RecordProcessor):
                 else:
                     self._queues[key].clear()
             self._ready.clear()
+            for index, (record, key) in list(self._backoff.items()):
+                self._abandon(index, record, key)  # waiting to be retried: never started again
+            self._backoff.clear()
             size = sum(len(r.data) for r in dropped)
             self._pending_bytes -= size
             self._cond.notify_all()
@@ -393,6 +408,15 @@ class KeyedRunner(RecordProcessor):
             checkpoint, completed = self.progress.snapshot()
             done = self._completed
         self._last_flush = time.monotonic()
-        checkpointer.write_progress(checkpoint, completed)
+        try:
+            checkpointer.write_progress(checkpoint, completed)
+        except LeaseLostError:
+            raise
+        except Exception as exc:  # throttled, unreachable: the progress is written at the next one
+            self.counters.count("checkpoint_errors")
+            log.warning("%s: progress checkpoint failed (tried again in %.1f s; a crash now delivers the "
+                        "records after the last one again): %s: %s", self.key, self.interval,
+                        type(exc).__name__, exc)
+            return
         self._completed_at_flush = done
 

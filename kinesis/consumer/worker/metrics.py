@@ -67,6 +67,25 @@ class WorkerCollector:
                     per_shard.add_metric([w, shard.application, shard.stream, shard.shard_id], value)
             yield per_shard
         for name, doc, attr in (
+            ("kinesis_worker_keyed_in_flight", "Keyed processors: records of each shard being processed now",
+             "in_flight"),
+            ("kinesis_worker_keyed_queued", "Keyed processors: records of each shard waiting behind their key "
+             "or for a slot", "queued"),
+            ("kinesis_worker_keyed_completed_not_checkpointed", "Keyed processors: records of each shard "
+             "completed since its last progress checkpoint", "completed_not_checkpointed"),
+            ("kinesis_worker_keyed_oldest_in_flight_seconds", "Keyed processors: age of each shard's "
+             "longest-running record", "oldest_in_flight_seconds"),
+            ("kinesis_worker_keyed_max_key_queue", "Keyed processors: the deepest per-key queue of each shard",
+             "max_key_queue"),
+            ("kinesis_worker_keyed_stuck_records", "Keyed processors: records of each shard retried at the "
+             "maximum backoff after exhausting their attempts", "stuck"),
+        ):
+            per_keyed = GaugeMetricFamily(name, doc, labels=["worker", "application", "stream", "shard"])
+            for shard in status.shards:
+                if shard.keyed is not None and (value := getattr(shard.keyed, attr)) is not None:
+                    per_keyed.add_metric([w, shard.application, shard.stream, shard.shard_id], value)
+            yield per_keyed
+        for name, doc, attr in (
             ("kinesis_worker_shard_cpu", "CPU seconds per second each shard's consumer thread uses "
              "(reading and processing; smoothed over about a minute)", "cpu"),
             ("kinesis_worker_shard_records_per_second", "Records per second read from each shard (smoothed)",

@@ -6,6 +6,7 @@ import re
 
 import pytest
 
+from kinesis.consumer.keyed.runner import KeyedStatus
 from kinesis.consumer.shard.consumer import ShardStatus
 from kinesis.consumer.shard.load import LoadSample
 from kinesis.consumer.worker.health import WorkerStatus
@@ -24,7 +25,8 @@ def exported() -> dict[str, tuple[str, set[str]]]:
 
     shard = ShardStatus("app/orders/s1", "app", "orders", "s1", "processing", 5, 1, 0, None, lag_seconds=0.0,
                         lag_age_seconds=0.1, processing_rate=1.0, arrival_rate=1.0, catch_up_seconds=0.0,
-                        load=LoadSample(5.0, 5000.0, 0.01, 0.02, 60.0))
+                        load=LoadSample(5.0, 5000.0, 0.01, 0.02, 60.0),
+                        keyed=KeyedStatus(3, 10, 40, 0.5, 7, 120, 0))
     status = WorkerStatus("w1", "running", True, True, ("w1",), (shard.key,), {}, (shard,), {"handoffs": 1}, {},
                           {"app/orders": 5}, 3, 0.1, 0.0, 1.0, 1.0, 0.0, cpu_utilisation=0.3, load_share=1.1,
                           hot_shards={shard.key: 1.1})
