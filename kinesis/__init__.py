@@ -8,6 +8,7 @@ other resources than shards) is :mod:`kinesis.lease_loop`; test doubles are in
 """
 
 from kinesis.consumer.kclpy import KclpyCheckpointError, KclpyProcessor
+from kinesis.consumer.keyed.async_batch import AsyncRecordProcessor
 from kinesis.consumer.keyed.processor import KeyedProcessor
 from kinesis.consumer.retrieval.positions import (
     LATEST,
@@ -60,6 +61,7 @@ __all__ = [
     "LATEST",
     "SHARD_END",
     "TRIM_HORIZON",
+    "AsyncRecordProcessor",
     "Checkpoint",
     "CheckpointError",
     "CheckpointRegressionError",

@@ -68,6 +68,14 @@ class KeyedExecutor:
         except RuntimeError as exc:  # the pool was shut down: the Worker stops
             done(exc)
 
+    def run_blocking(self, awaitable: Awaitable[Any]) -> Any:
+        """Await ``awaitable`` on the loop and wait for its result here (an async batch call)."""
+
+        async def call() -> Any:
+            return await awaitable
+
+        return asyncio.run_coroutine_threadsafe(call(), self._loop).result()
+
     def later(self, delay: float, callback: Callable[[], None]) -> None:
         """Call ``callback()`` on the loop thread after ``delay`` seconds (a retry's backoff)."""
         self._loop.call_soon_threadsafe(self._loop.call_later, delay, callback)

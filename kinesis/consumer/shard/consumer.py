@@ -83,6 +83,7 @@ from operator import attrgetter
 from typing import TYPE_CHECKING, Protocol
 
 from kinesis.consumer.kclpy import adapt_processor
+from kinesis.consumer.keyed.async_batch import AsyncBatchBridge, is_async
 from kinesis.consumer.keyed.processor import KeyedProcessor
 from kinesis.consumer.keyed.runner import Counting, KeyedRunner, KeyedStatus
 from kinesis.consumer.retrieval.failures import MAX_READ_BACKOFF, READ_ERRORS, ReadFailures
@@ -509,6 +510,8 @@ class ShardConsumer:
         else:
             processor = adapt_processor(made, self.pool.processor_style,
                                         source=f"the processor factory of stream {self.spec.stream!r}")
+            if is_async(processor):
+                processor = AsyncBatchBridge(processor, self.pool.keyed_executor())
         processor.initialize(InitializationInput(
             self.spec.stream, self.shard_id, start.last, start.initial, pending_checkpoint=start.pending
         ))

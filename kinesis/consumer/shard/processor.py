@@ -48,6 +48,7 @@ happened); the records after the *checkpoint* are delivered again either way.
 
 from __future__ import annotations
 
+import asyncio
 import threading
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
@@ -125,6 +126,10 @@ class Checkpointer(Protocol):
         self, target: CheckpointTarget = None, sub_sequence_number: int = 0
     ) -> PreparedCheckpointer:
         """Record ``target`` as the pending checkpoint; the result's ``checkpoint()`` commits it."""
+        ...
+
+    async def acheckpoint(self, target: CheckpointTarget = None, sub_sequence_number: int = 0) -> None:
+        """:meth:`checkpoint` from a coroutine (the write runs on a worker thread)."""
         ...
 
 
@@ -282,6 +287,11 @@ class CheckpointerBase(ABC):
                 f"delivered to this processor is "
                 f"{self.largest_delivered.key if self.largest_delivered else None}"
             )
+
+    async def acheckpoint(self, target: CheckpointTarget = None, sub_sequence_number: int = 0) -> None:
+        """:meth:`checkpoint` from a coroutine: the write runs on a worker thread, so the event
+        loop goes on meanwhile (async processors, :mod:`kinesis.consumer.keyed.async_batch`)."""
+        await asyncio.to_thread(self.checkpoint, target, sub_sequence_number)
 
     @abstractmethod
     def _persist(self, position: Position | None, *, shard_end: bool) -> None:

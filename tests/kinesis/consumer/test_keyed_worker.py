@@ -7,10 +7,20 @@ from __future__ import annotations
 import asyncio
 import logging
 import threading
+import time
 from collections import Counter
 from typing import Any, ClassVar
 
-from kinesis import KeyedProcessor, Record, StreamConfig, Worker, WorkerConfig
+from kinesis import (
+    AsyncRecordProcessor,
+    Checkpointer,
+    InitializationInput,
+    KeyedProcessor,
+    Record,
+    StreamConfig,
+    Worker,
+    WorkerConfig,
+)
 from kinesis.lease_loop.table.leases import LeaseTable
 from kinesis.testing import LocalAWS
 from tests.support.waiting import eventually
@@ -184,3 +194,67 @@ def test_a_graceful_hand_off_passes_the_exact_progress_with_no_duplicate(aws: Lo
     assert [k for k, n in counts.items() if n > 1] == []
     assert set(counts) == written
     assert ledger.out_of_order == []
+
+
+def test_an_async_batch_processor_awaits_on_the_workers_loop_and_checkpoints_without_blocking_it(
+        aws: LocalAWS) -> None:
+    kinesis = aws.client("kinesis")
+    kinesis.create_stream(StreamName="orders", ShardCount=3)
+    written = put_records(kinesis, "orders", 300, keys=30)
+    seen: list[tuple[str, str]] = []
+    threads: set[str] = set()
+    state = {"running": 0, "peak": 0}
+
+    class Batches(AsyncRecordProcessor):
+        async def initialize(self, init: InitializationInput) -> None:
+            self.shard = init.shard_id
+
+        async def process_records(self, records: list[Record], checkpointer: Checkpointer,
+                                  millis_behind_latest: int | None = None) -> None:
+            threads.add(threading.current_thread().name)
+            state["running"] += 1
+            state["peak"] = max(state["peak"], state["running"])
+            await asyncio.sleep(0.2)  # the other shards' batches run meanwhile, on this thread
+            seen.extend((r.shard_id, r.sequence_number) for r in records)
+            await checkpointer.acheckpoint()
+            state["running"] -= 1
+
+    w1 = worker(aws, Batches, "w1").start()
+    table = LeaseTable(aws.client("dynamodb"), TABLE)
+    try:
+        eventually(lambda: len(seen) >= 300, 60, "every record processed")
+        last = {shard: str(max(int(s) for sh, s in written if sh == shard)) for shard, _ in written}
+        eventually(lambda: all((row := table.get(f"app/orders/{shard}")) is not None
+                               and row.checkpoint.sequence_number == n for shard, n in last.items()), 30,
+                   "checkpoints at the last records")
+    finally:
+        assert w1.stop()
+    assert sorted(seen) == sorted(written)
+    assert threads == {"keyed-loop"} and state["peak"] > 1  # one thread, shards overlapping
+
+
+def test_after_a_split_the_children_start_after_the_parents_last_record_completed(
+        kinesis_resharding: LocalAWS) -> None:
+    kinesis = kinesis_resharding.client("kinesis")
+    kinesis.create_stream(StreamName="orders", ShardCount=1)
+    before = put_records(kinesis, "orders", 80, keys=8)
+    kinesis.split_shard(StreamName="orders", ShardToSplit="shardId-000000000000", NewStartingHashKey=str(2**127))
+    after = put_records(kinesis, "orders", 80, prefix="s", keys=8)
+    completed: list[tuple[float, str, str]] = []  # (when, shard, sequence)
+
+    class Varied(KeyedProcessor):
+        max_in_flight = 8
+        checkpoint_interval = 0.2
+
+        async def process(self, record: Record) -> None:
+            await asyncio.sleep(0.05 * (int(record.sequence_number) % 5))  # out of order
+            completed.append((time.monotonic(), record.shard_id, record.sequence_number))
+
+    w1 = worker(kinesis_resharding, Varied, "w1").start()
+    try:
+        eventually(lambda: len(completed) >= 160, 60, "the parent's and the children's records")
+    finally:
+        assert w1.stop()
+    assert sorted((s, q) for _, s, q in completed) == sorted(before + after)  # each once
+    parent_done = max(t for t, s, _ in completed if s == "shardId-000000000000")
+    assert min(t for t, s, _ in completed if s != "shardId-000000000000") > parent_done
