@@ -13,7 +13,7 @@ import asyncio
 import logging
 import threading
 from collections.abc import Awaitable, Callable
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import CancelledError, Future, ThreadPoolExecutor
 from typing import Any
 
 log = logging.getLogger(__name__)
@@ -42,8 +42,9 @@ class KeyedExecutor:
 
     # --- running calls ----------------------------------------------------------------
 
-    def run_async(self, make: Callable[[], Awaitable[Any]], done: Done) -> None:
-        """Run the coroutine ``make()`` on the loop; ``done(error or None)`` on the loop thread."""
+    def run_async(self, make: Callable[[], Awaitable[Any]], done: Done) -> Future[None]:
+        """Run the coroutine ``make()`` on the loop; ``done(error or None)`` on the loop thread.
+        Cancelling the returned future cancels the call (``done`` sees the cancellation)."""
 
         async def call() -> None:
             try:
@@ -55,18 +56,26 @@ class KeyedExecutor:
                 return
             done(None)
 
-        self._loop.call_soon_threadsafe(self._loop.create_task, call())
+        return asyncio.run_coroutine_threadsafe(call(), self._loop)
 
-    def run_sync(self, call: Callable[[], Any], done: Done) -> None:
-        """Run ``call()`` on the pool; ``done(error or None)`` on the pool thread."""
+    def run_sync(self, call: Callable[[], Any], done: Done) -> Future[Any] | None:
+        """Run ``call()`` on the pool; ``done(error or None)`` on the pool thread. Cancelling the
+        returned future before it starts cancels the call (a running one cannot be stopped)."""
 
         def finished(future: Future[Any]) -> None:
-            done(future.exception())
+            try:
+                error = future.exception()
+            except CancelledError as cancelled:
+                error = cancelled
+            done(error)
 
         try:
-            self._pool.submit(call).add_done_callback(finished)
+            future = self._pool.submit(call)
         except RuntimeError as exc:  # the pool was shut down: the Worker stops
             done(exc)
+            return None
+        future.add_done_callback(finished)
+        return future
 
     def run_blocking(self, awaitable: Awaitable[Any]) -> Any:
         """Await ``awaitable`` on the loop and wait for its result here (an async batch call)."""

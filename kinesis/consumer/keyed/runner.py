@@ -30,6 +30,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable, Hashable
+from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -105,7 +106,7 @@ class KeyedRunner(RecordProcessor):
 
     def __init__(self, processor: KeyedProcessor, executor: KeyedExecutor, *, key: str, stream: str,
                  shard_id: str, start: Checkpoint, completed: str | None, retry: ProcessorRetryPolicy,
-                 stopping: Callable[[], bool], counters: Counting):
+                 stopping: Callable[[], bool], counters: Counting, valid: Callable[[], bool] = lambda: True):
         cls = type(processor)
         check_keyed_class(cls)
         self.processor = processor
@@ -113,6 +114,7 @@ class KeyedRunner(RecordProcessor):
         self.key, self.stream, self.shard_id = key, stream, shard_id
         self.retry = retry
         self.stopping = stopping
+        self.valid = valid
         self.counters = counters
         self.max_in_flight = cls.max_in_flight
         self.max_pending_records = cls.max_pending_records
@@ -129,6 +131,7 @@ class KeyedRunner(RecordProcessor):
         self._attempts: dict[int, int] = {}
         self._stuck: set[int] = set()
         self._backoff: dict[int, tuple[Record, Hashable]] = {}  # failed records waiting to be retried
+        self._calls: dict[int, Future[Any]] = {}  # running calls, cancelled if the lease is lost
         self._active_keys: set[Hashable] = set()  # keys with a record in flight (or in backoff)
         self._pending_bytes = 0
         self._open = True
@@ -172,8 +175,14 @@ class KeyedRunner(RecordProcessor):
         self._maybe_flush()
 
     def tick(self) -> None:
-        """After every read: checkpoint the progress when due."""
+        """After every read: start what a lapsed lease held back, checkpoint when due."""
+        self._kick()
         self._maybe_flush()
+
+    def _kick(self) -> None:
+        with self._cond:
+            starts = self._take_starts()
+        self._submit(starts)
 
     def shutdown_requested(self, checkpointer: Checkpointer) -> None:
         """Drop queued records, wait for running ones (``drain_timeout``), checkpoint exactly."""
@@ -193,7 +202,13 @@ class KeyedRunner(RecordProcessor):
         self.processor.shutdown("handoff")
 
     def lease_lost(self) -> None:
+        """Start nothing more and cancel the calls still running (another member may process
+        these records now; a plain ``process`` already running cannot be stopped)."""
         self._close()
+        with self._cond:
+            calls = list(self._calls.values())
+        for call in calls:
+            call.cancel()
         self.processor.shutdown("lost")
 
     def shard_ended(self, checkpointer: Checkpointer) -> None:
@@ -236,6 +251,8 @@ class KeyedRunner(RecordProcessor):
         return "" if self.ordering == "shard" else index
 
     def _take_starts(self) -> list[tuple[int, Record, Hashable]]:
+        if not self._ready or not self._open or not self.valid():
+            return []  # a lapsed lease starts nothing (tick starts again once it is renewed)
         starts = []
         now = time.monotonic()
         while self._ready and len(self._running) < self.max_in_flight and self._open:
@@ -260,9 +277,13 @@ class KeyedRunner(RecordProcessor):
             self._finished(index, record, key, error)
 
         if self.is_async:
-            self.executor.run_async(lambda: process(record), done)
+            call: Future[Any] | None = self.executor.run_async(lambda: process(record), done)
         else:
-            self.executor.run_sync(lambda: process(record), done)
+            call = self.executor.run_sync(lambda: process(record), done)
+        if call is not None:
+            with self._cond:
+                if index in self._running:
+                    self._calls[index] = call
 
     def _finished(self, index: int, record: Record, key: Hashable, error: BaseException | None) -> None:
         """A call returned (any thread): complete the record, or retry it after a backoff."""
@@ -291,6 +312,7 @@ class KeyedRunner(RecordProcessor):
     def _forget(self, index: int, key: Hashable) -> None:
         """``index`` no longer runs; its key is ready again if it has queued records."""
         self._running.pop(index, None)
+        self._calls.pop(index, None)
         self._attempts.pop(index, None)
         self._stuck.discard(index)
         self._active_keys.discard(key)
@@ -371,6 +393,7 @@ class KeyedRunner(RecordProcessor):
                 if not self.executor.full() or self._pending_bytes == 0:
                     return True
                 self.executor.wait_for_room(ROOM_WAIT)
+            self._kick()
             self._maybe_flush()
 
     def _close(self) -> int:

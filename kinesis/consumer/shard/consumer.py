@@ -506,7 +506,8 @@ class ShardConsumer:
             processor = self.keyed = KeyedRunner(
                 made, self.pool.keyed_executor(), key=self.key, stream=self.spec.stream, shard_id=self.shard_id,
                 start=checkpoint, completed=self.lease.completed, retry=self.pool.config.processor_retry,
-                stopping=lambda: self.reason is not None, counters=self.pool)
+                stopping=lambda: self.reason is not None, counters=self.pool,
+                valid=lambda: self.pool.coordinator.holds(self.key))
         else:
             processor = adapt_processor(made, self.pool.processor_style,
                                         source=f"the processor factory of stream {self.spec.stream!r}")

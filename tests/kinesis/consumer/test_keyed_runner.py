@@ -246,3 +246,41 @@ def test_impossible_limits_are_refused_by_name(attrs: dict[str, Any], message: s
         check_keyed_class(cls)
     with pytest.raises(ConfigurationError, match="must implement process"):
         check_keyed_class(type("Empty", (KeyedProcessor,), {}))
+
+
+def test_nothing_starts_while_the_lease_has_lapsed_and_a_lost_lease_cancels_what_runs(
+        executor: KeyedExecutor) -> None:
+    """The consumer pauses reads while its lease is not valid; the runner likewise starts no
+    record (another member may take the lease), and once the lease is lost it cancels the
+    calls still running."""
+    valid = threading.Event()
+    started: list[str] = []
+    cancelled: list[str] = []
+
+    class Hanging(KeyedProcessor):
+        max_in_flight = 4
+
+        async def process(self, record: Record) -> None:
+            started.append(record.partition_key)
+            try:
+                await asyncio.Event().wait()
+            except asyncio.CancelledError:
+                cancelled.append(record.partition_key)
+                raise
+
+    runner = KeyedRunner(Hanging(), executor, key="k", stream="s", shard_id="shardId-0", start=TRIM_HORIZON,
+                         completed=None, retry=ProcessorRetryPolicy(), stopping=lambda: False, counters=Counters(),
+                         valid=valid.is_set)
+    cp = LeaseCheckpointer(Sink(), "k", "s", "shardId-0")
+    records = [record(i, f"k{i}") for i in range(6)]
+    cp.record_delivered(records[-1:])
+    runner.process_records(records, cp)
+    runner.tick()
+    assert started == [] and runner.status().queued == 6
+    valid.set()
+    runner.tick()  # renewed: the next read starts what was held back
+    eventually(lambda: len(started) == 4, what="4 records started")
+    runner.lease_lost()
+    eventually(lambda: sorted(cancelled) == sorted(started), what="the running calls cancelled")
+    eventually(lambda: runner.status().in_flight == 0, what="nothing in flight")
+    assert len(started) == 4  # the queued ones never start
