@@ -18,7 +18,10 @@ in between. A call the checkpointer answers locally (nothing new to write) is no
 from __future__ import annotations
 
 import argparse
+import asyncio
+import json
 import logging
+import random
 import sys
 import time
 from pathlib import Path
@@ -28,7 +31,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from examples.demo_member import Ledger, LedgerProcessor, run_member, setup_logging  # noqa: E402
-from kinesis import Checkpointer, LeaseLostError  # noqa: E402
+from kinesis import Checkpointer, InitializationInput, KeyedProcessor, LeaseLostError, Record  # noqa: E402
 
 
 class JournalingProcessor(LedgerProcessor):
@@ -51,6 +54,42 @@ class JournalingProcessor(LedgerProcessor):
             self.checkpoints.write([f"C {self.shard} {target} {t0} {t1}"])
 
 
+class KeyedLedgerProcessor(KeyedProcessor):
+    """``--keyed``: an async keyed-parallel processor (32 records of a shard in flight). Each
+    record's effect (its ledger line) is written when its call starts, then the call awaits
+    an acknowledgement of 0-20 ms, so records complete out of order; a crash loses the
+    acknowledgements in flight and those records are delivered again. The hooks write the
+    ledger's I, S, L and E lines (after the runner's own exact checkpoint)."""
+
+    max_in_flight = 32
+    checkpoint_interval = 0.5
+
+    def __init__(self, ledger: Ledger):
+        super().__init__()
+        self.ledger = ledger
+        self.shard = "?"
+
+    def initialize(self, init: InitializationInput) -> None:
+        self.shard = init.shard_id
+        cp = init.checkpoint
+        where = f"{cp.sequence_number}/{cp.sub_sequence_number}" if cp else "-"
+        self.ledger.write([f"I {self.shard} {where} {time.time_ns()}"])
+
+    async def process(self, record: Record) -> None:
+        try:
+            payload = json.loads(record.data)
+            pk, n = str(payload["pk"]), int(payload["n"])
+        except (ValueError, KeyError, TypeError):
+            pk, n = record.partition_key, -1
+        self.ledger.write([f"R {self.shard} {record.sequence_number} {record.sub_sequence_number} {pk} {n} "
+                           f"{time.time_ns()}"])
+        await asyncio.sleep(random.uniform(0, 0.02))
+
+    def shutdown(self, reason: str) -> None:
+        kind = {"handoff": "S", "lost": "L", "shard_end": "E"}[reason]
+        self.ledger.write([f"{kind} {self.shard} {time.time_ns()}"])
+
+
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--dynamodb-endpoint", required=True)
@@ -65,6 +104,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--idle-backoff", type=float, default=0.25)
     p.add_argument("--max-records", type=int, default=200)
     p.add_argument("--shutdown-grace", type=float, default=20.0)
+    p.add_argument("--keyed", action="store_true", help="a keyed-parallel async processor (no checkpoint journal)")
     return p.parse_args(argv)
 
 
@@ -75,6 +115,9 @@ def main(argv: list[str] | None = None) -> int:
                                      sys.modules["kinesis"].__file__)
     ledger = Ledger(args.out_dir / f"{args.member_id}.ledger")
     checkpoints = Ledger(args.out_dir / f"{args.member_id}.checkpoints")
+    if args.keyed:
+        return run_member(args, args.kinesis_endpoint, args.dynamodb_endpoint,
+                          lambda: KeyedLedgerProcessor(ledger))  # type: ignore[arg-type, return-value]
     return run_member(args, args.kinesis_endpoint, args.dynamodb_endpoint,
                       lambda: JournalingProcessor(ledger, checkpoints))
 

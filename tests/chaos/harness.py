@@ -66,6 +66,8 @@ class Profile:
     """Seconds a loaded machine may add to a shard's stall bound."""
     step_timeout: float
     """Deadline of every wait (balance, recovery, takeover, exit)."""
+    keyed: bool = False
+    """Members run a keyed-parallel async processor (``chaos_member.py --keyed``)."""
 
 
 FAST = Profile("fast", shards=16, members=4, lease_duration=3.0, rate=40.0, faults=7,
@@ -74,7 +76,10 @@ FAST = Profile("fast", shards=16, members=4, lease_duration=3.0, rate=40.0, faul
 LONG = Profile("long", shards=24, members=5, lease_duration=3.0, rate=60.0, faults=40,
                network_rate=(0.1, 0.5), network_window=(1.0, 4.0), stall_allowance=12.0,
                step_timeout=120.0)
-PROFILES = {"fast": FAST, "long": LONG}
+KEYED = Profile("keyed", shards=8, members=3, lease_duration=3.0, rate=80.0, faults=7,
+                network_rate=(0.2, 0.4), network_window=(1.5, 2.5), stall_allowance=12.0,
+                step_timeout=90.0, keyed=True)
+PROFILES = {"fast": FAST, "long": LONG, "keyed": KEYED}
 
 
 class TimedProducer(Producer):
@@ -386,7 +391,8 @@ class ChaosRun:
             LeaseTable.open(client_for("dynamodb", moto.endpoint_url), TABLE)
             fleet = self.fleet = ChaosFleet(moto.endpoint_url, self.out_dir, stream=STREAM,
                                             application=APPLICATION, table=TABLE,
-                                            lease_duration=profile.lease_duration)
+                                            lease_duration=profile.lease_duration,
+                                            member_args=["--keyed"] if profile.keyed else [])
             monitor = TableMonitor(LeaseTable(client_for("dynamodb", moto.endpoint_url), TABLE))
             producer = self.producer = TimedProducer(kinesis, STREAM, rate=profile.rate, keys=128)
             try:
@@ -417,7 +423,8 @@ class ChaosRun:
         produced, produced_at = producer.timed()
         report = check(self.out_dir, produced, produced_at, self.faults,
                        lease_duration=profile.lease_duration, stall_allowance=profile.stall_allowance,
-                       table_samples=monitor.samples, final_table=final, steady_from=steady_from)
+                       table_samples=monitor.samples, final_table=final, steady_from=steady_from,
+                       keyed=profile.keyed)
         report.violations += self.violations
         for name, code in exits.items():
             if code != 0:
