@@ -13,7 +13,7 @@ import asyncio
 import logging
 import threading
 from collections.abc import Awaitable, Callable
-from concurrent.futures import CancelledError, Future, ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
 log = logging.getLogger(__name__)
@@ -63,16 +63,14 @@ class KeyedExecutor:
         returned future before it starts cancels the call (a running one cannot be stopped)."""
 
         def finished(future: Future[Any]) -> None:
-            try:
-                error = future.exception()
-            except CancelledError as cancelled:
-                error = cancelled
-            done(error)
+            # a cancelled call never ran: reported as asyncio's CancelledError (a BaseException,
+            # unlike concurrent.futures', so the runner never counts it as a failed attempt)
+            done(asyncio.CancelledError() if future.cancelled() else future.exception())
 
         try:
             future = self._pool.submit(call)
-        except RuntimeError as exc:  # the pool was shut down: the Worker stops
-            done(exc)
+        except RuntimeError:  # the pool was shut down (the Worker stops): never ran
+            done(asyncio.CancelledError())
             return None
         future.add_done_callback(finished)
         return future

@@ -50,11 +50,11 @@ class KeyedProcessor:
     :attr:`max_in_flight` at once."""
     max_pending_records: ClassVar[int] = 10_000
     """Records of one shard delivered and not yet below the checkpoint (in flight, queued
-    behind their key, or completed after a record still running). Reading pauses at the cap;
-    it also bounds the completed set written with each checkpoint (``ceil(n/8)`` bytes before
-    compression)."""
+    behind their key, or completed after a record still running), at most 100,000. Reading
+    pauses at the cap; it also bounds the completed set written with each checkpoint
+    (``ceil(n/8)`` bytes before compression)."""
     max_pending_bytes: ClassVar[int] = 64 * 1024 * 1024
-    """Payload bytes of one shard's pending records; reading pauses at the cap."""
+    """Payload bytes of one shard's records queued or running; reading pauses at the cap."""
     checkpoint_interval: ClassVar[float] = 5.0
     """Seconds between progress checkpoints while records complete (hand-offs, shard ends and
     :meth:`request_checkpoint` write at once)."""
@@ -83,8 +83,9 @@ class KeyedProcessor:
         return None
 
     def shutdown(self, reason: str) -> None:
-        """Called once when the lease ends: ``"handoff"``, ``"lost"`` or ``"shard_end"``, after
-        the records in flight completed (or the hand-off's drain timed out)."""
+        """Called once when the lease ends: ``"handoff"`` (after the running records completed
+        or ``drain_timeout``), ``"lost"`` (after the running calls were cancelled) or
+        ``"shard_end"`` (after every record completed)."""
 
     def request_checkpoint(self) -> None:
         """Checkpoint the progress at the next opportunity (within a read), not at the interval."""

@@ -19,7 +19,7 @@ another record there, because the retention period trimmed the shard, ignores th
 bit ``i`` says whether record ``i`` completed. Its size is bounded by the window: at most
 ``4 * ceil((ceil(n/8) + 16) / 3) + 150`` bytes (zlib adds at most 16 bytes to a bitmap this
 small, base64 4 for 3), with ``n`` at most the shard's ``max_pending_records`` (10,000 by
-default: under 1.9 KB; DynamoDB's item limit is 400 KB). Ignoring a set only
+default: under 1.9 KB; at most 100,000: one zlib block; DynamoDB's item limit is 400 KB). Ignoring a set only
 means its records are delivered again (at-least-once), never that one is skipped.
 """
 

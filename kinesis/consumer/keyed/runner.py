@@ -24,6 +24,7 @@ reading), and :meth:`KeyedRunner.tick`, called after every read, writes the prog
 
 from __future__ import annotations
 
+import asyncio
 import inspect
 import logging
 import threading
@@ -85,7 +86,7 @@ def check_keyed_class(cls: type[KeyedProcessor]) -> None:
             raise ConfigurationError(f"{cls.__name__}.{name} must be an int in 1..{upper:,}, got {value!r}")
 
     positive_int("max_in_flight", 100_000)
-    positive_int("max_pending_records", 1_000_000)
+    positive_int("max_pending_records", 100_000)
     positive_int("max_pending_bytes", 1 << 40)
     if cls.max_pending_records < cls.max_in_flight:
         raise ConfigurationError(
@@ -99,6 +100,11 @@ def check_keyed_class(cls: type[KeyedProcessor]) -> None:
             raise ConfigurationError(f"{cls.__name__}.{name} must be seconds >= 0, got {value!r}")
     if cls.process is KeyedProcessor.process:
         raise ConfigurationError(f"{cls.__name__} must implement process(self, record)")
+    for hook in ("initialize", "on_exhausted", "shutdown"):
+        if inspect.iscoroutinefunction(getattr(cls, hook)):
+            raise ConfigurationError(
+                f"{cls.__name__}.{hook} must be a plain method (only process may be async def): it runs "
+                "on the runner's thread; start async work from process")
 
 
 class KeyedRunner(RecordProcessor):
@@ -139,6 +145,8 @@ class KeyedRunner(RecordProcessor):
         self._completed_at_flush = 0
         self._checkpointer: LeaseCheckpointer | None = None
         self._last_flush = time.monotonic()
+        self._lost = False  # set by lease_lost: every call, even one starting now, is cancelled
+        self._shut = False  # the processor's shutdown hook was called
 
     # --- RecordProcessor --------------------------------------------------------------
 
@@ -189,27 +197,43 @@ class KeyedRunner(RecordProcessor):
         if isinstance(checkpointer, LeaseCheckpointer):
             self._checkpointer = checkpointer
         dropped = self._close()
+        still = self._drain()
+        if still:
+            log.warning("%s: hand-off after %.0f s with %d records still running: the next owner delivers "
+                        "them again, maybe while they still run here", self.key, self.drain_timeout, still)
+        log.info("%s: hand-off: %d queued records left for the next owner, progress checkpointed", self.key,
+                 dropped)
+        try:
+            self._flush()
+        finally:
+            self._shutdown("handoff")
+
+    def lease_lost(self) -> None:
+        """Start nothing more, cancel the calls still running (another member may process these
+        records now) and wait up to ``drain_timeout`` for them (a plain ``process`` already
+        running cannot be stopped, and a new runner of this shard in this Worker waits)."""
+        self._close(lost=True)
+        self._drain()
+        self._shutdown("lost")
+
+    def abort(self) -> None:
+        """The shard consumer failed (its lease is released): as a lost lease."""
+        self.lease_lost()
+
+    def _drain(self) -> int:
+        """Wait up to ``drain_timeout`` for the running records; how many still run."""
         deadline = time.monotonic() + self.drain_timeout
         with self._cond:
             self._cond.wait_for(lambda: not self._running, max(0.0, deadline - time.monotonic()))
-            still = len(self._running)
-        if still:
-            log.warning("%s: hand-off after %.0f s with %d records still running: the next owner delivers "
-                        "them again", self.key, self.drain_timeout, still)
-        log.info("%s: hand-off: %d queued records left for the next owner, progress checkpointed", self.key,
-                 dropped)
-        self._flush()
-        self.processor.shutdown("handoff")
+            return len(self._running)
 
-    def lease_lost(self) -> None:
-        """Start nothing more and cancel the calls still running (another member may process
-        these records now; a plain ``process`` already running cannot be stopped)."""
-        self._close()
+    def _shutdown(self, reason: str) -> None:
+        """The processor's ``shutdown`` hook, once per lease."""
         with self._cond:
-            calls = list(self._calls.values())
-        for call in calls:
-            call.cancel()
-        self.processor.shutdown("lost")
+            if self._shut:
+                return
+            self._shut = True
+        self.processor.shutdown(reason)
 
     def shard_ended(self, checkpointer: Checkpointer) -> None:
         """Wait for every record, then checkpoint ``SHARD_END`` (the children start after it)."""
@@ -219,13 +243,15 @@ class KeyedRunner(RecordProcessor):
             with self._cond:
                 if self._cond.wait_for(lambda: not self._running and not self._queues, ROOM_WAIT):
                     break
-            if self.stopping():  # handed off or lost meanwhile: keep the exact progress
-                self._close()
-                self._flush()
+            if self.stopping():
+                # handed off or lost meanwhile: no SHARD_END; the consumer goes on with
+                # shutdown_requested (drain, exact checkpoint) or lease_lost
                 return
+            self._kick()  # what a lapsed lease held back
             self._maybe_flush()
+        self._flush()  # a failed SHARD_END write then keeps every completion
         checkpointer.checkpoint()
-        self.processor.shutdown("shard_end")
+        self._shutdown("shard_end")
 
     # --- status -------------------------------------------------------------------------
 
@@ -271,19 +297,38 @@ class KeyedRunner(RecordProcessor):
             self._call(index, record, key)
 
     def _call(self, index: int, record: Record, key: Hashable) -> None:
+        with self._cond:
+            if not self._open:  # closed since it was picked: never started, delivered again
+                self._abandon(index, record, key)
+                return
         process = self.processor.process
 
         def done(error: BaseException | None) -> None:
             self._finished(index, record, key, error)
 
+        def started() -> None:
+            if self._lost:  # lost between its submission and its start: it never runs
+                raise asyncio.CancelledError
+
+        async def run_async() -> Any:
+            started()
+            return await process(record)
+
+        def run_sync() -> Any:
+            started()
+            return process(record)
+
         if self.is_async:
-            call: Future[Any] | None = self.executor.run_async(lambda: process(record), done)
+            call: Future[Any] | None = self.executor.run_async(run_async, done)
         else:
-            call = self.executor.run_sync(lambda: process(record), done)
+            call = self.executor.run_sync(run_sync, done)
         if call is not None:
             with self._cond:
                 if index in self._running:
                     self._calls[index] = call
+                cancel = self._lost
+            if cancel:  # the lease was lost while this call was being submitted
+                call.cancel()
 
     def _finished(self, index: int, record: Record, key: Hashable, error: BaseException | None) -> None:
         """A call returned (any thread): complete the record, or retry it after a backoff."""
@@ -338,6 +383,10 @@ class KeyedRunner(RecordProcessor):
             record, key = waiting
             if not self._open:
                 self._abandon(index, record, key)
+                return
+            if not self.valid():  # the lease lapsed: try again once it is renewed
+                self._backoff[index] = waiting
+                self.executor.later(ROOM_WAIT, lambda: self._retry(index))
                 return
         self._call(index, record, key)
 
@@ -396,11 +445,14 @@ class KeyedRunner(RecordProcessor):
             self._kick()
             self._maybe_flush()
 
-    def _close(self) -> int:
-        """Start nothing more; drop the queued records (the next owner delivers them). Returns
-        how many were dropped."""
+    def _close(self, lost: bool = False) -> int:
+        """Start nothing more; drop the queued records (the next owner delivers them), those
+        waiting in the thread pool included (``lost``: cancel every call). Returns how many
+        were dropped."""
         with self._cond:
             self._open = False
+            self._lost = self._lost or lost
+            calls = [c for c in self._calls.values() if lost or not self.is_async]
             dropped = [r for q in self._queues.values() for _, r in q]
             for key in list(self._queues):
                 if key not in self._active_keys:
@@ -415,6 +467,8 @@ class KeyedRunner(RecordProcessor):
             self._pending_bytes -= size
             self._cond.notify_all()
         self.executor.release(size)
+        for call in calls:  # a pool call not started yet is cancelled (dropped); a running one goes on
+            call.cancel()
         return len(dropped)
 
     def _maybe_flush(self) -> None:

@@ -77,6 +77,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from operator import attrgetter
@@ -236,12 +237,17 @@ def after_failure(
 """The shard consumer's logger: this line keeps the name operators filter on."""
 
 
-def finish_shard(key: str, processor: RecordProcessor, checkpointer: LeaseCheckpointer) -> bool:
-    """Tell the processor the shard ended; True if it checkpointed ``SHARD_END``."""
+def finish_shard(key: str, processor: RecordProcessor, checkpointer: LeaseCheckpointer,
+                 stopping: Callable[[], bool] = lambda: False) -> bool:
+    """Tell the processor the shard ended; True if it checkpointed ``SHARD_END``. A processor
+    that returns without it because the consumer is being stopped (a keyed runner handed off
+    meanwhile) is not an error: the caller then stops as for any hand-off or loss."""
     checkpointer.mark_shard_end()
     processor.shard_ended(checkpointer)
     if checkpointer.shard_end_checkpointed:
         return True
+    if stopping():
+        return False
     log.error(
         "%s: shard_ended() did not checkpoint; the shard will be delivered again "
         "and its children cannot start. Call checkpointer.checkpoint() in shard_ended.",
@@ -530,6 +536,10 @@ class ShardConsumer:
                 self._release()
             self._stop_for("lost")
             ended = False
+        except BaseException:
+            if self.keyed is not None:
+                self.keyed.abort()  # the consumer fails and releases the lease: nothing of it runs on
+            raise
         finally:
             if self._reader is not None:
                 self._reader.close()  # a fan-out subscription ends here, before the lease is passed on
@@ -618,10 +628,12 @@ class ShardConsumer:
                     self.advanced_at = time.monotonic()  # records, caught up, or nearer the tip (a sparse shard)
             self.lag.observe(read_at, batch.millis_behind_latest, len(batch.records))
             if batch.shard_ended:
-                if finish_shard(self.key, processor, checkpointer):
+                if finish_shard(self.key, processor, checkpointer, lambda: self.reason is not None):
                     self.state = "ended"
                     self.pool.count("shard_ends")
                     self.pool.shard_ended(self.spec)
+                elif self.reason is not None:
+                    return False  # stopped while finishing: hand off (or stop) as usual
                 else:
                     self.state = "failed"
                 self._release()

@@ -103,7 +103,7 @@ def test_the_encoding_stays_within_its_stated_bound() -> None:
     """At most 4 * ceil((ceil(n/8) + 16) / 3) + 150 bytes for n records (random bits: zlib
     cannot help)."""
     rng = random.Random(7)
-    for n in (1, 100, 10_000):
+    for n in (1, 100, 10_000, 100_000):
         bits = bytes(rng.getrandbits(8) for _ in range((n + 7) // 8))
         text = encode(CompletedSet(f"{seq(n)}/0", (seq(n + 1), 0), bits, n))
         assert len(text) <= 4 * math.ceil((math.ceil(n / 8) + 16) / 3) + 150, (n, len(text))

@@ -284,3 +284,149 @@ def test_nothing_starts_while_the_lease_has_lapsed_and_a_lost_lease_cancels_what
     eventually(lambda: sorted(cancelled) == sorted(started), what="the running calls cancelled")
     eventually(lambda: runner.status().in_flight == 0, what="nothing in flight")
     assert len(started) == 4  # the queued ones never start
+
+
+# --- review regressions: each failed before its fix ------------------------------------------
+
+
+def test_a_cancelled_pool_call_never_counts_as_an_attempt_nor_is_skipped() -> None:
+    """A plain call cancelled before it ran (the Worker stops) is abandoned, never handed to
+    on_exhausted: a SKIP would count a record that never ran as completed."""
+    gate = threading.Event()
+    ran: list[int] = []
+    exhausted: list[int] = []
+
+    class Dead(KeyedProcessor):
+        max_in_flight = 4
+
+        def process(self, record: Record) -> None:
+            ran.append(int(record.sequence_number))
+            gate.wait(10)
+
+        def on_exhausted(self, record: Record, error: BaseException, attempts: int) -> Any:
+            exhausted.append(int(record.sequence_number))
+            return FailureAction.SKIP
+
+    executor = KeyedExecutor(threads=1)  # busy with the first record: the others wait in its queue
+    runner, cp, sink = runner_for(Dead(), executor, retry=ProcessorRetryPolicy(max_attempts=1))
+    records = [record(i, f"k{i}") for i in range(3)]
+    cp.record_delivered(records[-1:])
+    runner.process_records(records, cp)
+    eventually(lambda: len(ran) == 1, what="the first record running")
+    executor.close()  # cancels what waits in the pool
+    gate.set()
+    eventually(lambda: runner.status().in_flight == 0, what="nothing in flight")
+    runner.tick()
+    runner._flush()
+    assert exhausted == [] and ran == [int(seq(0))]
+    assert sink.writes[-1][0] == records[0].position  # only the record that ran
+
+
+def test_a_hand_off_drops_records_still_waiting_in_the_shared_pool() -> None:
+    gate = threading.Event()
+    ran: list[int] = []
+
+    class Other(KeyedProcessor):  # another shard's record holds the only pool thread
+        def process(self, record: Record) -> None:
+            gate.wait(10)
+
+    class Mine(KeyedProcessor):
+        max_in_flight = 8
+        drain_timeout = 0.2
+
+        def process(self, record: Record) -> None:
+            ran.append(int(record.sequence_number))
+
+    executor = KeyedExecutor(threads=1)
+    try:
+        other, cp_other, _ = runner_for(Other(), executor)
+        cp_other.record_delivered([record(0, "x")])
+        other.process_records([record(0, "x")], cp_other)
+        stop = threading.Event()
+        mine, cp, sink = runner_for(Mine(), executor, stop=stop)
+        records = [record(i, f"k{i}") for i in range(1, 4)]
+        cp.record_delivered(records[-1:])
+        mine.process_records(records, cp)
+        stop.set()
+        mine.shutdown_requested(cp)
+        assert sink.writes[-1] == (TRIM_HORIZON, None) and mine.status().in_flight == 0
+        gate.set()
+        behind = threading.Event()  # queued after them: once it ran, they would have too
+        executor.run_sync(lambda: None, lambda _error: behind.set())
+        assert behind.wait(10)
+        assert ran == []  # never started: the next owner delivers them once
+    finally:
+        gate.set()
+        executor.close()
+
+
+def test_shard_end_starts_what_a_lapsed_lease_held_back(executor: KeyedExecutor) -> None:
+    gate = threading.Event()
+    valid = threading.Event()
+    valid.set()
+
+    class One(KeyedProcessor):
+        max_in_flight = 1
+
+        def process(self, record: Record) -> None:
+            if record.partition_key == "a":
+                gate.wait(10)
+
+    runner = KeyedRunner(One(), executor, key="k", stream="s", shard_id="shardId-0", start=TRIM_HORIZON,
+                         completed=None, retry=ProcessorRetryPolicy(), stopping=lambda: False, counters=Counters(),
+                         valid=valid.is_set)
+    sink = Sink()
+    cp = LeaseCheckpointer(sink, "k", "s", "shardId-0")
+    records = [record(0, "a"), record(1, "b")]
+    cp.record_delivered(records[-1:])
+    runner.process_records(records, cp)
+    cp.mark_shard_end()
+    ender = threading.Thread(target=runner.shard_ended, args=(cp,))
+    ender.start()
+    valid.clear()  # a renewal is late while the first record completes: the second is held back
+    gate.set()
+    eventually(lambda: runner.status().in_flight == 0, what="the first record done")
+    valid.set()  # renewed
+    ender.join(10)
+    assert not ender.is_alive() and cp.shard_end_checkpointed
+
+
+def test_a_retry_waits_while_the_lease_has_lapsed(executor: KeyedExecutor) -> None:
+    valid = threading.Event()
+    valid.set()
+    attempts: list[bool] = []
+    asked_while_lapsed: list[int] = []
+
+    def is_valid() -> bool:
+        if not valid.is_set():
+            asked_while_lapsed.append(len(attempts))
+        return valid.is_set()
+
+    class Flaky(KeyedProcessor):
+        def process(self, record: Record) -> None:
+            attempts.append(valid.is_set())
+            if len(attempts) == 1:
+                valid.clear()  # the lease lapses while the first attempt fails
+                raise RuntimeError("transient")
+
+    runner = KeyedRunner(Flaky(), executor, key="k", stream="s", shard_id="shardId-0", start=TRIM_HORIZON,
+                         completed=None, retry=ProcessorRetryPolicy(initial_backoff=0.01, max_backoff=0.01),
+                         stopping=lambda: False, counters=Counters(), valid=is_valid)
+    cp = LeaseCheckpointer(Sink(), "k", "s", "shardId-0")
+    cp.record_delivered([record(0, "a")])
+    runner.process_records([record(0, "a")], cp)
+    # the retry came due twice while the lease had lapsed, and did not run
+    eventually(lambda: asked_while_lapsed.count(1) >= 2, what="the retry held back")
+    assert attempts == [True]
+    valid.set()
+    eventually(lambda: len(attempts) == 2, what="the retry once renewed")
+    assert attempts == [True, True]
+
+
+def test_async_hooks_other_than_process_are_refused_by_name() -> None:
+    class AsyncInit(Ledger):
+        async def initialize(self, init: Any) -> None:  # type: ignore[override]
+            pass
+
+    with pytest.raises(ConfigurationError, match=r"AsyncInit\.initialize must be a plain method"):
+        check_keyed_class(AsyncInit)
