@@ -21,6 +21,11 @@ log = logging.getLogger(__name__)
 Done = Callable[[BaseException | None], None]
 
 
+class CallCancelled(BaseException):
+    """A record call the SDK cancelled before it ran (a hand-off, a lost lease, the Worker
+    stopping): it never ran, so it is neither an attempt nor a completion."""
+
+
 class KeyedExecutor:
     """Runs record calls for every keyed runner of one Worker (thread-safe)."""
 
@@ -63,14 +68,14 @@ class KeyedExecutor:
         returned future before it starts cancels the call (a running one cannot be stopped)."""
 
         def finished(future: Future[Any]) -> None:
-            # a cancelled call never ran: reported as asyncio's CancelledError (a BaseException,
-            # unlike concurrent.futures', so the runner never counts it as a failed attempt)
-            done(asyncio.CancelledError() if future.cancelled() else future.exception())
+            # a cancelled call never ran: reported as CallCancelled (a BaseException, unlike
+            # concurrent.futures' CancelledError, so it never counts as a failed attempt)
+            done(CallCancelled() if future.cancelled() else future.exception())
 
         try:
             future = self._pool.submit(call)
         except RuntimeError:  # the pool was shut down (the Worker stops): never ran
-            done(asyncio.CancelledError())
+            done(CallCancelled())
             return None
         future.add_done_callback(finished)
         return future

@@ -24,7 +24,6 @@ reading), and :meth:`KeyedRunner.tick`, called after every read, writes the prog
 
 from __future__ import annotations
 
-import asyncio
 import inspect
 import logging
 import threading
@@ -35,7 +34,7 @@ from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from kinesis.consumer.keyed.executor import KeyedExecutor
+from kinesis.consumer.keyed.executor import CallCancelled, KeyedExecutor
 from kinesis.consumer.keyed.processor import ORDERINGS, KeyedProcessor
 from kinesis.consumer.keyed.progress import ShardProgress, usable
 from kinesis.consumer.retrieval.positions import Checkpoint
@@ -241,7 +240,10 @@ class KeyedRunner(RecordProcessor):
             self._checkpointer = checkpointer
         while True:
             with self._cond:
-                if self._cond.wait_for(lambda: not self._running and not self._queues, ROOM_WAIT):
+                # every delivered record completed (none abandoned): only then may SHARD_END
+                # let the children start
+                if self._cond.wait_for(lambda: not self._running and not self._queues
+                                       and self.progress.pending == 0, ROOM_WAIT):
                     break
             if self.stopping():
                 # handed off or lost meanwhile: no SHARD_END; the consumer goes on with
@@ -308,7 +310,7 @@ class KeyedRunner(RecordProcessor):
 
         def started() -> None:
             if self._lost:  # lost between its submission and its start: it never runs
-                raise asyncio.CancelledError
+                raise CallCancelled
 
         async def run_async() -> Any:
             started()
@@ -331,10 +333,18 @@ class KeyedRunner(RecordProcessor):
                 call.cancel()
 
     def _finished(self, index: int, record: Record, key: Hashable, error: BaseException | None) -> None:
-        """A call returned (any thread): complete the record, or retry it after a backoff."""
+        """A call returned (any thread): complete the record, or retry it after a backoff.
+
+        A call the SDK cancelled (``CallCancelled``, or any cancellation once the lease is
+        lost or handed off) is abandoned: the next owner delivers it. Any other exit, a
+        ``CancelledError`` the processor's own code raised included, is a failed attempt: a
+        record abandoned while the lease is held would stall the watermark for ever."""
+        if (error is not None and not isinstance(error, Exception | CallCancelled) and self._open
+                and not self._lost):
+            error = RuntimeError(f"process raised {type(error).__name__}: {error}")
         if error is not None and not self._gives_up(index, record, error):
             with self._cond:
-                retry = self._open and isinstance(error, Exception)
+                retry = self._open and not self._lost and isinstance(error, Exception)
                 if retry:
                     self._backoff[index] = (record, key)
                 else:  # closed, or cancelled: the next owner delivers it again

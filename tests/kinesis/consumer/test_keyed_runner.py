@@ -430,3 +430,25 @@ def test_async_hooks_other_than_process_are_refused_by_name() -> None:
 
     with pytest.raises(ConfigurationError, match=r"AsyncInit\.initialize must be a plain method"):
         check_keyed_class(AsyncInit)
+
+
+def test_a_cancellation_raised_by_the_processor_itself_is_a_failed_attempt(executor: KeyedExecutor) -> None:
+    """Only the SDK's own cancellations abandon a record (the lease ended): one the processor's
+    code raises while the lease is held is retried, or the watermark would stall for ever."""
+    calls: list[int] = []
+
+    class Cancelling(KeyedProcessor):
+        async def process(self, record: Record) -> None:
+            calls.append(int(record.sequence_number))
+            if calls.count(int(seq(1))) == 1 and record.sequence_number == seq(1):
+                raise asyncio.CancelledError  # e.g. a shared client cancelled its future
+
+    runner, cp, sink = runner_for(Cancelling(), executor)
+    records = [record(i, f"k{i}") for i in range(3)]
+    cp.record_delivered(records[-1:])
+    runner.process_records(records, cp)
+    eventually(lambda: runner.status().pending == 0, what="every record completed, the cancelled one retried")
+    assert calls.count(int(seq(1))) == 2
+    cp.mark_shard_end()
+    runner.shard_ended(cp)
+    assert sink.writes[-2] == (records[-1].position, None) and cp.shard_end_checkpointed
