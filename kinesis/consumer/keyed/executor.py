@@ -47,21 +47,30 @@ class KeyedExecutor:
 
     # --- running calls ----------------------------------------------------------------
 
-    def run_async(self, make: Callable[[], Awaitable[Any]], done: Done) -> Future[None]:
-        """Run the coroutine ``make()`` on the loop; ``done(error or None)`` on the loop thread.
-        Cancelling the returned future cancels the call (``done`` sees the cancellation)."""
+    def run_async(self, make: Callable[[], Awaitable[Any]], done: Done) -> Future[None] | None:
+        """Run the coroutine ``make()`` on the loop; ``done(error or None)`` once it ends.
+        Cancelling the returned future cancels the call: ``done`` then gets ``CallCancelled``.
+        A ``CancelledError`` the coroutine raises itself (nobody cancelled its task) is an
+        error like any other, reported as a RuntimeError."""
 
         async def call() -> None:
             try:
                 await make()
-            except BaseException as exc:
-                done(exc)
-                if not isinstance(exc, Exception):
-                    raise
-                return
-            done(None)
+            except asyncio.CancelledError as exc:
+                task = asyncio.current_task()
+                if task is not None and task.cancelling():
+                    raise  # cancelled by the SDK
+                raise RuntimeError(f"process raised CancelledError: {exc}") from exc
 
-        return asyncio.run_coroutine_threadsafe(call(), self._loop)
+        def finished(future: Future[None]) -> None:
+            done(CallCancelled() if future.cancelled() else future.exception())
+
+        if self._closed:
+            done(CallCancelled())
+            return None
+        future = asyncio.run_coroutine_threadsafe(call(), self._loop)
+        future.add_done_callback(finished)
+        return future
 
     def run_sync(self, call: Callable[[], Any], done: Done) -> Future[Any] | None:
         """Run ``call()`` on the pool; ``done(error or None)`` on the pool thread. Cancelling the
@@ -119,10 +128,14 @@ class KeyedExecutor:
             self._changed.notify_all()
         self._pool.shutdown(wait=False, cancel_futures=True)
 
-        def cancel_and_stop() -> None:
-            for task in asyncio.all_tasks(self._loop):
+        async def cancel_and_stop() -> None:
+            tasks = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+            for task in tasks:
                 task.cancel()  # a record still running is delivered again by the next owner
-            self._loop.call_soon(self._loop.stop)  # after the cancellations are delivered
+            await asyncio.gather(*tasks, return_exceptions=True)
+            await asyncio.sleep(0)  # the cancellations reach their callers' futures
+            self._loop.stop()
 
-        self._loop.call_soon_threadsafe(cancel_and_stop)
-        self._thread.join(5)
+        if self._thread.is_alive():
+            asyncio.run_coroutine_threadsafe(cancel_and_stop(), self._loop)
+            self._thread.join(5)

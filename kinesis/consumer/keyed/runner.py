@@ -309,7 +309,7 @@ class KeyedRunner(RecordProcessor):
             self._finished(index, record, key, error)
 
         def started() -> None:
-            if self._lost:  # lost between its submission and its start: it never runs
+            if self._lost or not self._open:  # the lease ended between submission and start
                 raise CallCancelled
 
         async def run_async() -> Any:
@@ -326,7 +326,7 @@ class KeyedRunner(RecordProcessor):
             call = self.executor.run_sync(run_sync, done)
         if call is not None:
             with self._cond:
-                if index in self._running:
+                if index in self._running and (index not in self._calls or self._calls[index].done()):
                     self._calls[index] = call
                 cancel = self._lost
             if cancel:  # the lease was lost while this call was being submitted

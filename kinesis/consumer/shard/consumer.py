@@ -538,7 +538,10 @@ class ShardConsumer:
             ended = False
         except BaseException:
             if self.keyed is not None:
-                self.keyed.abort()  # the consumer fails and releases the lease: nothing of it runs on
+                try:
+                    self.keyed.abort()  # the consumer fails and releases the lease: nothing of it runs on
+                except Exception:
+                    log.exception("%s: stopping the keyed runner after a failure failed too", self.key)
             raise
         finally:
             if self._reader is not None:
@@ -628,12 +631,13 @@ class ShardConsumer:
                     self.advanced_at = time.monotonic()  # records, caught up, or nearer the tip (a sparse shard)
             self.lag.observe(read_at, batch.millis_behind_latest, len(batch.records))
             if batch.shard_ended:
-                if finish_shard(self.key, processor, checkpointer, lambda: self.reason is not None):
+                stopping = (lambda: self.reason is not None) if self.keyed is not None else (lambda: False)
+                if finish_shard(self.key, processor, checkpointer, stopping):
                     self.state = "ended"
                     self.pool.count("shard_ends")
                     self.pool.shard_ended(self.spec)
-                elif self.reason is not None:
-                    return False  # stopped while finishing: hand off (or stop) as usual
+                elif stopping():
+                    return False  # a keyed runner stopped while finishing: hand off (or stop) as usual
                 else:
                     self.state = "failed"
                 self._release()
