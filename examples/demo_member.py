@@ -61,6 +61,23 @@ class Ledger:
             os.write(self._fd, data)  # unbuffered: on disk (page cache) before we checkpoint
 
 
+def init_line(init: InitializationInput) -> str:
+    """The ledger's ``I`` line: a shard's processor starts (at its checkpoint)."""
+    cp = init.checkpoint
+    where = f"{cp.sequence_number}/{cp.sub_sequence_number}" if cp else "-"
+    return f"I {init.shard_id} {where} {time.time_ns()}"
+
+
+def record_line(shard: str, r: Record) -> str:
+    """The ledger's ``R`` line of one processed record (the producer's key and counter)."""
+    try:
+        payload = json.loads(r.data)
+        pk, n = str(payload["pk"]), int(payload["n"])
+    except (ValueError, KeyError, TypeError):
+        pk, n = r.partition_key, -1
+    return f"R {shard} {r.sequence_number} {r.sub_sequence_number} {pk} {n} {time.time_ns()}"
+
+
 class LedgerProcessor(RecordProcessor):
     """Records every record it processes, then checkpoints the batch."""
 
@@ -71,22 +88,12 @@ class LedgerProcessor(RecordProcessor):
 
     def initialize(self, init: InitializationInput) -> None:
         self.shard = init.shard_id
-        cp = init.checkpoint
-        where = f"{cp.sequence_number}/{cp.sub_sequence_number}" if cp else "-"
-        self.ledger.write([f"I {self.shard} {where} {time.time_ns()}"])
+        self.ledger.write([init_line(init)])
 
     def process_records(
         self, records: list[Record], checkpointer: Checkpointer, millis_behind_latest: int | None = None
     ) -> None:
-        lines = []
-        for r in records:
-            try:
-                payload = json.loads(r.data)
-                pk, n = str(payload["pk"]), int(payload["n"])
-            except (ValueError, KeyError, TypeError):
-                pk, n = r.partition_key, -1
-            lines.append(f"R {self.shard} {r.sequence_number} {r.sub_sequence_number} {pk} {n} {time.time_ns()}")
-        self.ledger.write(lines)
+        self.ledger.write([record_line(self.shard, r) for r in records])
         last = records[-1]
         self.last_delivered = f"{last.sequence_number} {last.sub_sequence_number}"
         self._checkpoint(checkpointer, self.last_delivered)

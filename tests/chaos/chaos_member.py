@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import logging
 import random
 import sys
@@ -30,7 +29,14 @@ ROOT = Path(__file__).resolve().parent.parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from examples.demo_member import Ledger, LedgerProcessor, run_member, setup_logging  # noqa: E402
+from examples.demo_member import (  # noqa: E402
+    Ledger,
+    LedgerProcessor,
+    init_line,
+    record_line,
+    run_member,
+    setup_logging,
+)
 from kinesis import Checkpointer, InitializationInput, KeyedProcessor, LeaseLostError, Record  # noqa: E402
 
 
@@ -71,18 +77,10 @@ class KeyedLedgerProcessor(KeyedProcessor):
 
     def initialize(self, init: InitializationInput) -> None:
         self.shard = init.shard_id
-        cp = init.checkpoint
-        where = f"{cp.sequence_number}/{cp.sub_sequence_number}" if cp else "-"
-        self.ledger.write([f"I {self.shard} {where} {time.time_ns()}"])
+        self.ledger.write([init_line(init)])
 
     async def process(self, record: Record) -> None:
-        try:
-            payload = json.loads(record.data)
-            pk, n = str(payload["pk"]), int(payload["n"])
-        except (ValueError, KeyError, TypeError):
-            pk, n = record.partition_key, -1
-        self.ledger.write([f"R {self.shard} {record.sequence_number} {record.sub_sequence_number} {pk} {n} "
-                           f"{time.time_ns()}"])
+        self.ledger.write([record_line(self.shard, record)])
         await asyncio.sleep(random.uniform(0, 0.02))
 
     def shutdown(self, reason: str) -> None:

@@ -42,6 +42,7 @@ from kinesis.consumer.retrieval.records import Record
 from kinesis.consumer.shard.checkpointer import LeaseCheckpointer
 from kinesis.consumer.shard.failures import FailedBatch, FailureAction, ProcessorRetryPolicy
 from kinesis.consumer.shard.processor import Checkpointer, InitializationInput, RecordProcessor
+from kinesis.durations import check_seconds
 from kinesis.errors import ConfigurationError, LeaseLostError
 
 log = logging.getLogger(__name__)
@@ -94,9 +95,7 @@ def check_keyed_class(cls: type[KeyedProcessor]) -> None:
     if cls.ordering not in ORDERINGS:
         raise ConfigurationError(f"{cls.__name__}.ordering must be one of {ORDERINGS}, got {cls.ordering!r}")
     for name in ("checkpoint_interval", "drain_timeout"):
-        value = getattr(cls, name)
-        if isinstance(value, bool) or not isinstance(value, int | float) or not value >= 0:
-            raise ConfigurationError(f"{cls.__name__}.{name} must be seconds >= 0, got {value!r}")
+        check_seconds(f"{cls.__name__}.{name}", getattr(cls, name), allow_zero=True)
     if cls.process is KeyedProcessor.process:
         raise ConfigurationError(f"{cls.__name__} must implement process(self, record)")
     for hook in ("initialize", "on_exhausted", "shutdown"):

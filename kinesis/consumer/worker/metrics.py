@@ -15,6 +15,34 @@ if TYPE_CHECKING:
     from kinesis.consumer.worker.worker import Worker
 
 
+PER_SHARD_GAUGES: tuple[tuple[str, str, str | None, str], ...] = (
+    ("kinesis_worker_lag_seconds", "MillisBehindLatest of the last read per shard, in seconds", None, "lag_seconds"),
+    ("kinesis_worker_lag_age_seconds", "Seconds since each shard's lag was measured", None, "lag_age_seconds"),
+    ("kinesis_worker_keyed_in_flight", "Keyed processors: records of each shard being processed now", "keyed",
+     "in_flight"),
+    ("kinesis_worker_keyed_queued", "Keyed processors: records of each shard waiting behind their key or for a "
+     "slot", "keyed", "queued"),
+    ("kinesis_worker_keyed_completed_not_checkpointed", "Keyed processors: records of each shard completed since "
+     "its last progress checkpoint", "keyed", "completed_not_checkpointed"),
+    ("kinesis_worker_keyed_oldest_in_flight_seconds", "Keyed processors: age of each shard's longest-running "
+     "record", "keyed", "oldest_in_flight_seconds"),
+    ("kinesis_worker_keyed_max_key_queue", "Keyed processors: the deepest per-key queue of each shard", "keyed",
+     "max_key_queue"),
+    ("kinesis_worker_keyed_stuck_records", "Keyed processors: records of each shard retried at the maximum backoff "
+     "after exhausting their attempts", "keyed", "stuck"),
+    ("kinesis_worker_shard_cpu", "CPU seconds per second each shard's consumer thread uses (reading and "
+     "processing; smoothed over about a minute)", "load", "cpu"),
+    ("kinesis_worker_shard_records_per_second", "Records per second read from each shard (smoothed)", "load",
+     "records_per_s"),
+    ("kinesis_worker_shard_bytes_per_second", "Payload bytes per second read from each shard (smoothed)", "load",
+     "bytes_per_s"),
+    ("kinesis_worker_shard_processor_busy", "Share of the time each shard's processor is inside process_records "
+     "(smoothed)", "load", "processor_busy"),
+)
+"""Gauges labelled by shard: (name, help, the part of a ShardStatus it reads (None: the status
+itself; "keyed", "load": absent for a shard without one), attribute)."""
+
+
 def prometheus_available() -> bool:
     """True if ``prometheus_client`` can be imported."""
     try:
@@ -57,50 +85,13 @@ class WorkerCollector:
             if shard.millis_behind_latest is not None:
                 lag.add_metric([w, shard.application, shard.stream, shard.shard_id], shard.millis_behind_latest)
         yield lag
-        for name, doc, attr in (
-            ("kinesis_worker_lag_seconds", "MillisBehindLatest of the last read per shard, in seconds", "lag_seconds"),
-            ("kinesis_worker_lag_age_seconds", "Seconds since each shard's lag was measured", "lag_age_seconds"),
-        ):
-            per_shard = GaugeMetricFamily(name, doc, labels=["worker", "application", "stream", "shard"])
+        for name, doc, part, attr in PER_SHARD_GAUGES:
+            gauge = GaugeMetricFamily(name, doc, labels=["worker", "application", "stream", "shard"])
             for shard in status.shards:
-                if (value := getattr(shard, attr)) is not None:
-                    per_shard.add_metric([w, shard.application, shard.stream, shard.shard_id], value)
-            yield per_shard
-        for name, doc, attr in (
-            ("kinesis_worker_keyed_in_flight", "Keyed processors: records of each shard being processed now",
-             "in_flight"),
-            ("kinesis_worker_keyed_queued", "Keyed processors: records of each shard waiting behind their key "
-             "or for a slot", "queued"),
-            ("kinesis_worker_keyed_completed_not_checkpointed", "Keyed processors: records of each shard "
-             "completed since its last progress checkpoint", "completed_not_checkpointed"),
-            ("kinesis_worker_keyed_oldest_in_flight_seconds", "Keyed processors: age of each shard's "
-             "longest-running record", "oldest_in_flight_seconds"),
-            ("kinesis_worker_keyed_max_key_queue", "Keyed processors: the deepest per-key queue of each shard",
-             "max_key_queue"),
-            ("kinesis_worker_keyed_stuck_records", "Keyed processors: records of each shard retried at the "
-             "maximum backoff after exhausting their attempts", "stuck"),
-        ):
-            per_keyed = GaugeMetricFamily(name, doc, labels=["worker", "application", "stream", "shard"])
-            for shard in status.shards:
-                if shard.keyed is not None and (value := getattr(shard.keyed, attr)) is not None:
-                    per_keyed.add_metric([w, shard.application, shard.stream, shard.shard_id], value)
-            yield per_keyed
-        for name, doc, attr in (
-            ("kinesis_worker_shard_cpu", "CPU seconds per second each shard's consumer thread uses "
-             "(reading and processing; smoothed over about a minute)", "cpu"),
-            ("kinesis_worker_shard_records_per_second", "Records per second read from each shard (smoothed)",
-             "records_per_s"),
-            ("kinesis_worker_shard_bytes_per_second", "Payload bytes per second read from each shard (smoothed)",
-             "bytes_per_s"),
-            ("kinesis_worker_shard_processor_busy", "Share of the time each shard's processor is inside "
-             "process_records (smoothed)", "processor_busy"),
-        ):
-            per_load = GaugeMetricFamily(name, doc, labels=["worker", "application", "stream", "shard"])
-            for shard in status.shards:
-                if shard.load is not None:
-                    per_load.add_metric([w, shard.application, shard.stream, shard.shard_id],
-                                        getattr(shard.load, attr))
-            yield per_load
+                source = shard if part is None else getattr(shard, part)
+                if source is not None and (value := getattr(source, attr)) is not None:
+                    gauge.add_metric([w, shard.application, shard.stream, shard.shard_id], value)
+            yield gauge
         hot = GaugeMetricFamily(
             "kinesis_worker_hot_shard", "Leases held here that the load plan found hotter than a fair share "
             "(value: load over a fair share): each has a member to itself; split the shard",
