@@ -178,6 +178,8 @@ def test_a_prepared_checkpoint_outlives_a_sigkill_and_the_next_commit_clears_it(
     fleet.start("k1", "--mode", "prepare")
     fleet.wait_until(lambda: bool((r := fleet.table.get(key(SHARD0))) and r.pending_checkpoint), TIMEOUT,
                      "k1 to prepare a checkpoint")
+    # the member notes the prepare once prepare_checkpoint returned: after the row shows it
+    fleet.wait_until(lambda: bool(events_of(fleet, "prepared", "k1")), TIMEOUT, "k1 to note its prepare")
     [prepared] = events_of(fleet, "prepared", "k1")
     assert prepared["checkpoint"] == f"{seqs[9]}/0" and prepared["pending"] == f"{seqs[19]}/0"
     row = fleet.table.get(key(SHARD0))
