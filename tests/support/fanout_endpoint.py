@@ -300,6 +300,8 @@ class FanOutEndpoint:
                 code = str(answer.get("__type", "InternalFailureException")).rsplit("#", 1)[-1]
                 send(eventstream.exception(code, str(answer.get("message", code))))
                 break
+            if subscription.started <= self._silenced_before:
+                continue  # silenced while GetRecords ran: its records are never sent
             records = answer.get("Records") or []
             nxt = answer.get("NextShardIterator")
             now = time.monotonic()

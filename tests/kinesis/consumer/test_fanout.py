@@ -504,10 +504,7 @@ def test_a_subscription_lost_without_an_error_is_restarted_by_the_watchdog(aws: 
             ep.silence()
             later = put_records(kinesis, "orders", 5, prefix="b")
             assert journal.wait_for(lambda _: set(later) <= journal.processed(), 30), worker.status()
-            # the silenced subscription sends nothing, so the later records came through a new
-            # one. It is the watchdog's (reader_restarts) unless, on a loaded machine, the pump
-            # thread's connection failed first and the reader resubscribed on its own (seen once
-            # in a full run); without either, the records never arrive and the wait above fails
+            assert worker.status().worker_counters["reader_restarts"] >= 1
             assert len(ep.calls("subscribed")) > subscribed
             assert journal.duplicates() == 0 and len(journal.records()) == 10
         finally:
