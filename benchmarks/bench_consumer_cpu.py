@@ -14,11 +14,14 @@ Enhanced Fan-Out the same way (``ours-fanout``, ``boto3-fanout``), through
 ``tests/support/fanout_endpoint.py`` in this process, compared with each other.
 
 ``ours-gc10k`` (only when named in ``--only``): ours in a process whose application raised
-the GC's thresholds, beside ``ours``.
+the GC's thresholds, beside ``ours``. ``--baseline DIR`` (a checkout of another commit, e.g.
+``git worktree add /tmp/before COMMIT``) adds ``ours@baseline``: ``ours`` importing that
+checkout's packages, in the same run, so a change is measured against what it replaced.
 
 Writes benchmarks/results/consumer_cpu.json and docs/img/consumer_cpu.png.
 
     .venv/bin/python benchmarks/bench_consumer_cpu.py [--records 100000] [--size 1024] [--rounds 1]
+    .venv/bin/python benchmarks/bench_consumer_cpu.py --baseline /tmp/before --baseline-label COMMIT
     .venv/bin/python benchmarks/bench_consumer_cpu.py --only ours,ours-gc10k --rounds 2 \
         --out benchmarks/results/consumer_cpu_gc.json --plot /tmp/consumer_cpu_gc.png
 """
@@ -50,6 +53,7 @@ RESULTS = Path(__file__).resolve().parent / "results"
 PLOT = ROOT / "docs" / "img" / "consumer_cpu.png"
 CONSUMERS = ("ours", "kcl-rs", "boto3")
 FANOUT = ("ours-fanout", "boto3-fanout")
+BASELINE = "ours@baseline"
 """Enhanced Fan-Out, through ``tests/support/fanout_endpoint.py`` in this process (its CPU, like
 the server's, is not the consumer's); compared with each other (kcl-rs's SDK needs HTTP/2)."""
 
@@ -63,17 +67,22 @@ def fill(aws: MotoProcess, stream: str, records: int, size: int) -> None:
             {"Data": payload, "PartitionKey": f"pk-{i}"} for i in range(start, min(records, start + 500))])
 
 
-def run(consumer: str, endpoint: str, stream: str, records: int) -> dict[str, Any]:
+def run(consumer: str, endpoint: str, stream: str, records: int, baseline: Path | None = None) -> dict[str, Any]:
+    """One consumer's figures; ``ours@baseline`` is ``ours`` importing ``baseline``'s packages."""
     python = str(python_of("kcl-rs")) if consumer == "kcl-rs" else sys.executable
-    done = subprocess.run([python, str(ROOT / "benchmarks" / "cpu_consumer.py"), consumer, "--endpoint", endpoint,
+    env = {**os.environ, "AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
+           "AWS_DEFAULT_REGION": "us-east-1", "AWS_EC2_METADATA_DISABLED": "true"}
+    process = consumer
+    if consumer == BASELINE:
+        assert baseline is not None
+        process, env["PYTHONPATH"] = "ours", str(baseline)  # ahead of the editable install's finder
+    done = subprocess.run([python, str(ROOT / "benchmarks" / "cpu_consumer.py"), process, "--endpoint", endpoint,
                            "--stream", stream, "--records", str(records)],
-                          capture_output=True, text=True, timeout=900, check=False,
-                          env={**os.environ, "AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
-                               "AWS_DEFAULT_REGION": "us-east-1", "AWS_EC2_METADATA_DISABLED": "true"})
+                          capture_output=True, text=True, timeout=900, check=False, env=env)
     lines = [line for line in done.stdout.splitlines() if line.startswith("{")]
     if done.returncode != 0 or not lines:
         raise RuntimeError(f"{consumer} failed ({done.returncode}): {done.stdout[-500:]} {done.stderr[-1500:]}")
-    result: dict[str, Any] = json.loads(lines[-1])
+    result: dict[str, Any] = {**json.loads(lines[-1]), "consumer": consumer}
     return result
 
 
@@ -117,23 +126,28 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--size", type=int, default=1024)
     parser.add_argument("--rounds", type=int, default=1)
     parser.add_argument("--only", default=",".join(CONSUMERS + FANOUT), help="comma-separated consumers")
+    parser.add_argument("--baseline", type=Path, help="a checkout of the commit to compare ours with")
+    parser.add_argument("--baseline-label", default=None, help="what the baseline is (e.g. its commit)")
     parser.add_argument("--out", type=Path, default=RESULTS / "consumer_cpu.json")
     parser.add_argument("--plot", type=Path, default=PLOT, help="the figure (docs/img/consumer_cpu.png)")
     args = parser.parse_args(argv)
-    consumers = [c for c in args.only.split(",") if c]
+    consumers = [c for c in args.only.split(",") if c] + ([BASELINE] if args.baseline else [])
     best: dict[str, dict[str, Any]] = {}
     # as pip installs it: bytecode compiled (this checkout's may be stale, and with
     # PYTHONDONTWRITEBYTECODE set each consumer process would compile the changed modules again)
-    for package in ("hashring", "kinesis"):
-        compileall.compile_dir(ROOT / package, quiet=1)
+    for tree in (ROOT, *([args.baseline] if args.baseline else [])):
+        for package in ("hashring", "kinesis"):
+            compileall.compile_dir(tree / package, quiet=1)
     with MotoProcess() as aws, fanout_endpoint(aws.endpoint_url, poll_interval=0.05) as fanout:
         fill(aws, "cpu", args.records, args.size)
         for _ in range(args.rounds):
             for consumer in consumers:  # alternating, so a noisy moment hurts each alike
                 endpoint = fanout.endpoint_url if consumer in FANOUT else aws.endpoint_url
-                result = run(consumer, endpoint, "cpu", args.records)
+                result = run(consumer, endpoint, "cpu", args.records, args.baseline)
                 if consumer not in best or result["us_per_record"] < best[consumer]["us_per_record"]:
                     best[consumer] = result
+    if BASELINE in best and "ours" in best:
+        best["ours"]["vs_baseline"] = round(best["ours"]["us_per_record"] / best[BASELINE]["us_per_record"], 2)
     for baseline in ("kcl-rs", "boto3", "boto3-fanout"):
         if baseline in best:
             for result in best.values():
@@ -150,7 +164,8 @@ def main(argv: list[str] | None = None) -> int:
         table.add_row(name, f"{r['us_per_record']:.1f}", f"{r['steady_us']:.1f}", f"{r['startup_cpu_s']:.2f}", parts,
                       gc_us, str(r.get("vs_kcl-rs", "")), str(r.get("vs_boto3-fanout" if name in FANOUT else "vs_boto3", "")))
     Console().print(table)
-    write_json(args.out, {"records": args.records, "size": args.size, "rounds": args.rounds, "consumers": best})
+    write_json(args.out, {"records": args.records, "size": args.size, "rounds": args.rounds, "consumers": best,
+                          "baseline": args.baseline_label or (str(args.baseline) if args.baseline else None)})
     plot(best, args.records, args.size, args.plot)
     return 0
 

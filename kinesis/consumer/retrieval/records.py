@@ -30,9 +30,11 @@ from __future__ import annotations
 import hashlib
 import logging
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
+
+import msgspec
 
 from kinesis.consumer.retrieval.positions import Position
 from kinesis.errors import AggregationError, RecordTooLargeError
@@ -415,13 +417,19 @@ def aggregate(records: Iterable[UserRecord | tuple[str, bytes]], max_bytes: int 
 log = logging.getLogger(__name__)
 
 
-@dataclass(frozen=True, slots=True)
-class Record:
+class Record(msgspec.Struct, frozen=True, gc=False):
     """One user record of a shard.
 
     ``sub_sequence_number`` is the record's index inside a KPL aggregate (``aggregated=True``)
     and 0 for a plain record; (``sequence_number``, ``sub_sequence_number``) is unique in a
     shard and is what a checkpoint stores (see :attr:`position`).
+
+    Immutable, compared and hashed by value, built positionally or by keyword in the order
+    below. A ``msgspec.Struct`` untracked by Python's cyclic garbage collector: its fields are
+    strings, bytes, numbers and a datetime, which cannot form a cycle, and a batch of records
+    that outlives a young collection would otherwise be promoted and walked by every full
+    collection (docs/benchmarks.md, "CPU per record"). ``msgspec.structs.replace(record,
+    data=...)`` makes a changed copy, ``msgspec.structs.asdict(record)`` a dict.
     """
 
     stream_name: str
@@ -441,28 +449,8 @@ class Record:
         return Position(self.sequence_number, self.sub_sequence_number, self.approximate_arrival_timestamp)
 
 
-_FIELD_SETTERS = tuple(Record.__dict__[f.name].__set__ for f in fields(Record))
-(_set_stream, _set_shard, _set_seq, _set_sub, _set_pk, _set_data, _set_arrival, _set_ehk,
- _set_aggregated) = _FIELD_SETTERS
-_new_object = object.__new__
-
-
-def new_record(stream_name: str, shard_id: str, sequence_number: str, sub_sequence_number: int,
-               partition_key: str, data: bytes, arrival: datetime | None, explicit_hash_key: str | None,
-               aggregated: bool) -> Record:
-    """``Record(...)`` without the frozen dataclass's per-field ``object.__setattr__`` lookups
-    (the same object, in under half the time): the per-record constructor of the read path."""
-    record: Record = _new_object(Record)
-    _set_stream(record, stream_name)
-    _set_shard(record, shard_id)
-    _set_seq(record, sequence_number)
-    _set_sub(record, sub_sequence_number)
-    _set_pk(record, partition_key)
-    _set_data(record, data)
-    _set_arrival(record, arrival)
-    _set_ehk(record, explicit_hash_key)
-    _set_aggregated(record, aggregated)
-    return record
+new_record = Record
+"""The per-record constructor of the read path (positional, in field order)."""
 
 
 def records_from_response(
