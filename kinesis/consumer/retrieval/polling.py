@@ -191,17 +191,22 @@ class BatchCursor:
         return None
 
     def fetched(self, raw: Sequence[Mapping[str, Any]], millis_behind: int | None) -> list[Record]:
-        """The records of one fetch past the resume position (aggregates unpacked)."""
+        """The records of one fetch past the resume position (aggregates unpacked); ``raw`` is
+        botocore's ``Records``, or the records themselves (:class:`fast_parse.DecodedRecords`)."""
         self.millis_behind = millis_behind
-        if raw and self.first_sequence_number is None:
-            self.first_sequence_number = str(raw[0]["SequenceNumber"])
-        if raw and self._verify is not None:
-            first = str(raw[0]["SequenceNumber"])
-            if first != self._verify.sequence_number:
-                arrival = raw[0].get("ApproximateArrivalTimestamp")
-                self._gap = DataGap(self._verify, first, arrival if isinstance(arrival, datetime) else None)
+        if isinstance(raw, fast_parse.DecodedRecords):
+            records: list[Record] = raw
+            first = raw.first
+        else:
+            records = records_from_response(self.stream_name, self.shard_id, raw)
+            arrival = raw[0].get("ApproximateArrivalTimestamp") if raw else None
+            first = (str(raw[0]["SequenceNumber"]), arrival if isinstance(arrival, datetime) else None) if raw else None
+        if first is not None and self.first_sequence_number is None:
+            self.first_sequence_number = first[0]
+        if first is not None and self._verify is not None:
+            if first[0] != self._verify.sequence_number:
+                self._gap = DataGap(self._verify, first[0], first[1])
             self._verify = None
-        records = records_from_response(self.stream_name, self.shard_id, raw)
         resume = self.resume
         if resume is not None and records and not records[0].position > resume:
             # records come in shard order: only a fetch that starts at or before the resume
@@ -419,10 +424,7 @@ class ShardReader:
             try:
                 self._last_call_at = time.monotonic()
                 self.stats.get_records_calls += 1
-                response: dict[str, Any] = self._call(
-                    lambda it=iterator: self.client.get_records(ShardIterator=it, Limit=self.max_records),
-                    "GetRecords",
-                )
+                response: dict[str, Any] = self._call(lambda it=iterator: self._fetch(it), "GetRecords")
                 return response
             except ClientError as exc:
                 code = error_code(exc) or ""
@@ -498,6 +500,13 @@ class ShardReader:
             stop_event=self.stop_event,
             budget_option=self.retry_option,
         )
+
+    def _fetch(self, iterator: str) -> dict[str, Any]:
+        """One GetRecords call; its ``Records`` are the SDK's records when the fast decoder
+        recognises the body (:func:`fast_parse.reading`)."""
+        with fast_parse.reading(self.stream_name, self.shard_id):
+            response: dict[str, Any] = self.client.get_records(ShardIterator=iterator, Limit=self.max_records)
+        return response
 
     def _named(self, exc: ClientError, operation: str) -> KinesisHashRingError | None:
         """The named error for a non-retryable ClientError (None: re-raise it as it is)."""

@@ -164,6 +164,111 @@ def test_real_responses_through_boto3_equal_botocores(aws: LocalAWS) -> None:
     assert codes[0] == codes[1] and codes[0][0]
 
 
+# -- the SDK's own reads: msgspec straight to Records (fast_parse.decode_get_records) ----------
+REQUIRED = {"SequenceNumber", "Data", "PartitionKey"}
+
+
+def via_botocore(body: bytes) -> dict[str, Any]:
+    """What the SDK made of ``body`` before: botocore's parse, then records_from_response."""
+    parsed = botocore_parse(body)
+    raw = parsed.get("Records", [])
+    parsed["Records"] = records_from_response("s", "shardId-0", raw)
+    parsed["first"] = (raw[0]["SequenceNumber"], raw[0].get("ApproximateArrivalTimestamp")) if raw else None
+    return parsed
+
+
+def decoded_as_dict(body: bytes) -> dict[str, Any] | None:
+    out = fast_parse.decode_get_records(body, "s", "shardId-0")
+    if out is None:
+        return None
+    assert type(out["Records"]) is fast_parse.DecodedRecords
+    return {**out, "first": out["Records"].first}
+
+
+@settings(max_examples=300, deadline=None)
+@given(responses)
+def test_the_sdks_decoded_records_equal_those_made_from_botocores_parse(response: dict[str, Any]) -> None:
+    body = encode(response)
+    ours = decoded_as_dict(body)
+    complete = all(r.keys() >= REQUIRED for r in response.get("Records", []))
+    if complete and "ChildShards" not in json.loads(body):
+        assert ours is not None, body  # a well-formed response without children is always its to decode
+    if ours is not None:
+        assert ours == via_botocore(body)  # the records, the iterator, the lag, the first record
+        assert all(r.approximate_arrival_timestamp is None or r.approximate_arrival_timestamp.tzinfo is UTC
+                   for r in ours["Records"])
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.one_of(
+    st.binary(max_size=64),
+    st.recursive(st.one_of(st.none(), st.booleans(), st.floats(allow_nan=False), st.integers(), text,
+                           st.sampled_from(["QUJD", "QUJD\n", "QU*JD", "QUJD====", "-_-_", "QQ", "QR=="])),
+                 lambda inner: st.one_of(st.lists(inner, max_size=3), st.dictionaries(
+                     st.sampled_from(["Records", "Data", "SequenceNumber", "MillisBehindLatest", "ChildShards",
+                                      "NextShardIterator", "ApproximateArrivalTimestamp", "PartitionKey",
+                                      "EncryptionType", "x"]),
+                     inner, max_size=5)), max_leaves=16).map(lambda v: json.dumps(v).encode()),
+))
+def test_what_the_decoder_accepts_from_any_body_equals_botocore_and_the_rest_goes_the_dict_path(body: bytes) -> None:
+    ours = decoded_as_dict(body)
+    if ours is not None:
+        assert ours == via_botocore(body)
+
+
+@pytest.mark.parametrize("body", [
+    b'{"Records": [], "MillisBehindLatest": 5.0}',
+    b'{"Records": [null]}',
+    b'{"Records": [], "SomethingNew": 1}',
+    b'{"MillisBehindLatest": true}', b'{"MillisBehindLatest": 1e400}',
+    b'not json', b'[]',
+    b'{"Records": [], "ChildShards": []}',  # a shard's last batch: its children are the dict path's
+    *[b'{"Records": [{"SequenceNumber": "1", "ApproximateArrivalTimestamp": %s, "Data": "%s", "PartitionKey": "%s"}]}'
+      % (arrival, data, key) for arrival, data, key in [
+          (b"1.5", b"QUJD\\nREVG", b"k"), (b"1.5", b"QU*JD", b"k"), (b"1.5", b"QUJD====", b"k"),
+          (b"1.5", b"-_-_", b"k"), (b"1.5", b"QQ", b"k"),  # base64 AWS never sends: botocore's lenient decode
+          (b'"2026-11-28T00:00:00Z"', b"QUJD", b"k"), (b"true", b"QUJD", b"k"), (b"1e20", b"QUJD", b"k"),
+          (b"1.5", b"QUJD", b"\\ud800")]],
+    b'{"Records": [{"SequenceNumber": "1", "Data": "QUJD"}]}',  # no PartitionKey: botocore's KeyError, as before
+])
+def test_bodies_the_decoder_does_not_recognise_go_the_dict_path(body: bytes) -> None:
+    assert fast_parse.decode_get_records(body, "s", "shardId-0") is None
+
+
+def test_a_one_mebibyte_record_and_a_kpl_aggregate_are_decoded_to_the_same_records() -> None:
+    big = bytes(range(256)) * 4096
+    agg = aggregate([("pk-ü", b"one"), ("pk-2", b"two")])[0]
+    body = json.dumps({"Records": [
+        {"SequenceNumber": "1", "ApproximateArrivalTimestamp": 1764288000.123, "PartitionKey": "k",
+         "Data": base64.b64encode(big).decode()},
+        {"SequenceNumber": "2", "ApproximateArrivalTimestamp": 1764288001, "PartitionKey": agg.partition_key,
+         "Data": base64.b64encode(agg.data).decode(), "EncryptionType": "KMS"},
+    ], "NextShardIterator": "it", "MillisBehindLatest": 0}).encode()
+    ours = decoded_as_dict(body)
+    assert ours is not None and ours == via_botocore(body) and ours["Records"][0].data == big
+    assert [(r.partition_key, r.data, r.sub_sequence_number, r.aggregated) for r in ours["Records"][1:]] == [
+        ("pk-ü", b"one", 0, True), ("pk-2", b"two", 1, True)]
+
+
+def test_only_a_call_made_while_reading_gets_decoded_records(aws: LocalAWS) -> None:
+    plain, fast = aws.client("kinesis"), aws.client("kinesis")
+    fast_parse.install(fast)
+    plain.create_stream(StreamName="decode", ShardCount=1)
+    plain.put_records(StreamName="decode", Records=[
+        {"Data": bytes([i]) * (i * 10), "PartitionKey": f"ключ-{i}"} for i in range(50)])
+    shard = plain.list_shards(StreamName="decode")["Shards"][0]["ShardId"]
+    iterator = plain.get_shard_iterator(StreamName="decode", ShardId=shard,
+                                        ShardIteratorType="TRIM_HORIZON")["ShardIterator"]
+    with fast_parse.reading("decode", shard):
+        decoded = fast.get_records(ShardIterator=iterator)
+    after = fast.get_records(ShardIterator=iterator)  # outside the block: botocore's dicts again
+    reference = plain.get_records(ShardIterator=iterator)
+    assert type(decoded["Records"]) is fast_parse.DecodedRecords and len(decoded["Records"]) == 50
+    assert decoded["Records"] == records_from_response("decode", shard, reference["Records"])
+    assert type(after["Records"]) is list and after["Records"] == reference["Records"]
+    assert decoded["NextShardIterator"] and decoded["MillisBehindLatest"] == reference["MillisBehindLatest"]
+
+
 _EVENTS = boto3.client("kinesis", region_name="us-east-1", aws_access_key_id="x", aws_secret_access_key="y").meta \
     .service_model.operation_model("SubscribeToShard").output_shape.members["EventStream"]
 events = st.fixed_dictionaries({}, optional={
