@@ -72,12 +72,12 @@ def run(consumer: str, endpoint: str, stream: str, records: int, baseline: Path 
     python = str(python_of("kcl-rs")) if consumer == "kcl-rs" else sys.executable
     env = {**os.environ, "AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
            "AWS_DEFAULT_REGION": "us-east-1", "AWS_EC2_METADATA_DISABLED": "true"}
-    process = consumer
+    process, tree = consumer, []
     if consumer == BASELINE:
         assert baseline is not None
-        process, env["PYTHONPATH"] = "ours", str(baseline)  # ahead of the editable install's finder
+        process, tree = "ours", ["--tree", str(baseline)]
     done = subprocess.run([python, str(ROOT / "benchmarks" / "cpu_consumer.py"), process, "--endpoint", endpoint,
-                           "--stream", stream, "--records", str(records)],
+                           "--stream", stream, "--records", str(records), *tree],
                           capture_output=True, text=True, timeout=900, check=False, env=env)
     lines = [line for line in done.stdout.splitlines() if line.startswith("{")]
     if done.returncode != 0 or not lines:

@@ -239,9 +239,11 @@ def main() -> int:
     p.add_argument("--stream", required=True)
     p.add_argument("--records", type=int, required=True)
     p.add_argument("--timeout", type=float, default=300.0, help="give up after this many seconds")
+    p.add_argument("--tree", type=Path, default=Path(__file__).resolve().parents[1],
+                   help="the checkout whose packages ours imports (default: this one)")
     args = p.parse_args()
-    if args.consumer.startswith("ours"):  # this repository's package (the peers' venvs run without it)
-        sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    if args.consumer.startswith("ours"):  # a checkout's package (the peers' venvs run without it)
+        sys.path.insert(0, str(args.tree))
     if args.consumer == "ours-gc10k":  # an application's choice, not the SDK's: larger GC thresholds
         gc.set_threshold(10_000, 20, 20)
     wall = time.monotonic()

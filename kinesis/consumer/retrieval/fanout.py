@@ -569,7 +569,7 @@ class FanOutReader:
         self._generation += 1
         self.stats.subscriptions += 1
         self._drop_subscription()  # a renewal: events of the old one still queued are dropped
-        fast_parse.install_on_event_stream(response["EventStream"])
+        fast_parse.install_on_event_stream(response["EventStream"], (self.stream_name, self.shard_id))
         self._subscription = _Subscription(
             self._generation, response["EventStream"], self._queue, f"fanout-{self.shard_id}-{self._generation}"
         )

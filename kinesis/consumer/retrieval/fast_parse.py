@@ -160,20 +160,29 @@ class _Decoded(msgspec.Struct, gc=False, forbid_unknown_fields=True, rename="pas
 
 
 class _Body(msgspec.Struct, forbid_unknown_fields=True, rename="pascal"):
+    """A GetRecords body: ``position`` is its ``NextShardIterator``."""
+
     records: list[_Decoded] | None = None
-    next_shard_iterator: str | None = None
+    position: str | None = msgspec.field(default=None, name="NextShardIterator")
     millis_behind_latest: int | None = None
     child_shards: list[Any] | None = None
 
 
+class _Event(_Body, forbid_unknown_fields=True, rename="pascal"):
+    """A ``SubscribeToShardEvent`` payload: ``position`` is its ``ContinuationSequenceNumber``."""
+
+    position: str | None = msgspec.field(default=None, name="ContinuationSequenceNumber")
+
+
 _decode_body = msgspec.json.Decoder(_Body).decode
+_decode_event = msgspec.json.Decoder(_Event).decode
 _reading: ContextVar[tuple[str, str] | None] = ContextVar("kinesis_fast_parse_reading", default=None)
 
 
 class DecodedRecords(list[Record]):
-    """``Records`` of a GetRecords response read under :func:`reading`: the SDK's records
-    (aggregates unpacked). ``first`` is the first Kinesis record's (sequence number, arrival
-    time), None for an empty batch."""
+    """``Records`` of a response read under :func:`reading` (or of an event stream set up with a
+    shard): the SDK's records (aggregates unpacked). ``first`` is the first Kinesis record's
+    (sequence number, arrival time), None for an empty batch."""
 
     first: tuple[str, datetime | None] | None = None
 
@@ -193,8 +202,18 @@ def reading(stream_name: str, shard_id: str) -> Iterator[None]:
 def decode_get_records(body: bytes, stream_name: str, shard_id: str) -> dict[str, Any] | None:
     """The members of a GetRecords response ``body`` with ``Records`` as :class:`DecodedRecords`,
     or None if the body is not one this decoder recognises (or has ``ChildShards``)."""
+    return _decode(body, _decode_body, "NextShardIterator", stream_name, shard_id)
+
+
+def decode_subscribe_event(body: bytes, stream_name: str, shard_id: str) -> dict[str, Any] | None:
+    """:func:`decode_get_records` for a ``SubscribeToShardEvent`` payload."""
+    return _decode(body, _decode_event, "ContinuationSequenceNumber", stream_name, shard_id)
+
+
+def _decode(body: bytes, decode: Callable[[bytes], _Body], position: str, stream_name: str,
+            shard_id: str) -> dict[str, Any] | None:
     try:
-        doc = _decode_body(body)
+        doc = decode(body)
         if doc.child_shards is not None:
             return None  # a shard's last batch: the dict path parses the children
         decoded = doc.records or []
@@ -206,8 +225,8 @@ def decode_get_records(body: bytes, stream_name: str, shard_id: str) -> dict[str
     except (msgspec.DecodeError, msgspec.ValidationError, ValueError, OverflowError, OSError):
         return None
     out: dict[str, Any] = {"Records": records}
-    if doc.next_shard_iterator is not None:
-        out["NextShardIterator"] = doc.next_shard_iterator
+    if doc.position is not None:
+        out[position] = doc.position
     if doc.millis_behind_latest is not None:
         out["MillisBehindLatest"] = doc.millis_behind_latest
     return out
@@ -262,11 +281,13 @@ def _parse(body: bytes, members: frozenset[str], position: str) -> dict[str, Any
 
 class _EventParser:
     """botocore's parser of one SubscribeToShard event stream, with ``SubscribeToShardEvent``
-    messages parsed by :func:`parse_subscribe_event` (every other message, and any payload it
-    does not recognise, by botocore's parser, which it wraps)."""
+    messages parsed by :func:`parse_subscribe_event`, or decoded by :func:`decode_subscribe_event`
+    for ``shard`` (stream name, shard id) when given (every other message, and any payload
+    neither recognises, by botocore's parser, which it wraps)."""
 
-    def __init__(self, inner: Any):
+    def __init__(self, inner: Any, shard: tuple[str, str] | None = None):
         self.inner = inner
+        self.shard = shard
 
     def parse(self, response: dict[str, Any], shape: Any) -> Any:
         headers = response.get("headers") or {}
@@ -274,20 +295,23 @@ class _EventParser:
         if (response.get("status_code") == 200 and headers.get(":message-type") == "event"
                 and headers.get(":event-type") == _EVENT_TYPE and isinstance(body, bytes | bytearray) and body
                 and _EVENT_TYPE in (getattr(shape, "members", None) or {})):
-            parsed = parse_subscribe_event(bytes(body))
+            parsed = decode_subscribe_event(bytes(body), *self.shard) if self.shard is not None else None
+            if parsed is None:
+                parsed = parse_subscribe_event(bytes(body))
             if parsed is not None:
                 return {_EVENT_TYPE: parsed}
         return self.inner.parse(response, shape)
 
 
-def install_on_event_stream(stream: Any) -> None:
+def install_on_event_stream(stream: Any, shard: tuple[str, str] | None = None) -> None:
     r"""Parse the ``SubscribeToShardEvent``\ s of ``stream`` (the ``EventStream`` of a
-    SubscribeToShard response) with :func:`parse_subscribe_event`. botocore has no hook for
-    event-stream messages, so this wraps the stream's parser; a stream without one (another
-    botocore, a test double) is left as it is."""
+    SubscribeToShard response) with :func:`parse_subscribe_event`, or, given ``shard`` (stream
+    name, shard id: a stream only the SDK reads), decode them to :class:`DecodedRecords`.
+    botocore has no hook for event-stream messages, so this wraps the stream's parser; a
+    stream without one (another botocore, a test double) is left as it is."""
     inner = getattr(stream, "_parser", None)
     if inner is not None and not isinstance(inner, _EventParser) and callable(getattr(inner, "parse", None)):
-        stream._parser = _EventParser(inner)
+        stream._parser = _EventParser(inner, shard)
 
 
 def _list(value: Any) -> list[Any]:

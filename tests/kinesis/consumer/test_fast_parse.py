@@ -297,6 +297,27 @@ def test_every_subscribe_to_shard_event_is_parsed_as_botocore_parses_it(event: d
                if "ApproximateArrivalTimestamp" in r)
 
 
+@settings(max_examples=300, deadline=None)
+@given(events)
+def test_an_sdk_streams_events_are_decoded_to_the_records_made_from_botocores_parse(event: dict[str, Any]) -> None:
+    body = encode(event)
+    ours = fast_parse._EventParser(EventStreamJSONParser(), ("s", "shardId-0")).parse(event_message(body), _EVENTS)
+    theirs = dict(EventStreamJSONParser().parse(event_message(body), _EVENTS)["SubscribeToShardEvent"])
+    raw = theirs.get("Records", [])
+    got = ours["SubscribeToShardEvent"]
+    complete = all(r.keys() >= REQUIRED for r in event.get("Records", []))
+    if complete and "ChildShards" not in json.loads(body):
+        assert type(got["Records"]) is fast_parse.DecodedRecords, body  # well-formed, no children: decoded
+    if type(got.get("Records")) is fast_parse.DecodedRecords:
+        theirs["Records"] = records_from_response("s", "shardId-0", raw)
+        assert got == theirs
+        assert got["Records"].first == ((raw[0]["SequenceNumber"], raw[0].get("ApproximateArrivalTimestamp"))
+                                        if raw else None)
+    else:  # the dict path, as without a shard
+        assert got == dict(fast_parse._EventParser(EventStreamJSONParser()).parse(event_message(body), _EVENTS)[
+            "SubscribeToShardEvent"])
+
+
 @pytest.mark.parametrize("message", [
     event_message(b'{"Records": [], "NextShardIterator": "x"}'),  # a GetRecords member: not an event's
     event_message(b'{"Records": [{"Data": "QU*JD"}]}'),  # lenient base64: botocore's to decode
