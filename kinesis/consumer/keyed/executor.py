@@ -5,11 +5,13 @@ record waiting on I/O costs no thread, so thousands can be in flight. A plain ``
 on a thread pool of ``threads`` threads shared by every shard. Per-shard limits are the
 runners' (:mod:`kinesis.consumer.keyed.runner`); the Worker-wide cap on pending payload bytes
 is here, so many shards together cannot exhaust memory.
+
+``asyncio`` is imported where it is used: a Worker without keyed or async processors never
+loads it (about 15 ms of start-up CPU, docs/benchmarks.md "CPU per record").
 """
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import threading
 from collections.abc import Awaitable, Callable
@@ -32,6 +34,8 @@ class KeyedExecutor:
     def __init__(self, *, threads: int = 32, max_pending_bytes: int = 256 * 1024 * 1024):
         self.threads = threads
         self.max_pending_bytes = max_pending_bytes
+        import asyncio
+
         self._pool = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="keyed-process")
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._run_loop, name="keyed-loop", daemon=True)
@@ -42,6 +46,8 @@ class KeyedExecutor:
         self._closed = False
 
     def _run_loop(self) -> None:
+        import asyncio
+
         asyncio.set_event_loop(self._loop)
         self._loop.run_forever()
 
@@ -52,6 +58,7 @@ class KeyedExecutor:
         Cancelling the returned future cancels the call: ``done`` then gets ``CallCancelled``.
         A ``CancelledError`` the coroutine raises itself (nobody cancelled its task) is an
         error like any other, reported as a RuntimeError."""
+        import asyncio
 
         async def call() -> None:
             try:
@@ -91,6 +98,7 @@ class KeyedExecutor:
 
     def run_blocking(self, awaitable: Awaitable[Any]) -> Any:
         """Await ``awaitable`` on the loop and wait for its result here (an async batch call)."""
+        import asyncio
 
         async def call() -> Any:
             return await awaitable
@@ -123,6 +131,8 @@ class KeyedExecutor:
 
     def close(self) -> None:
         """Stop the loop and the pool (the Worker stopped: every runner has finished)."""
+        import asyncio
+
         with self._changed:
             self._closed = True
             self._changed.notify_all()

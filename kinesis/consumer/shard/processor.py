@@ -48,7 +48,6 @@ happened); the records after the *checkpoint* are delivered again either way.
 
 from __future__ import annotations
 
-import asyncio
 import threading
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
@@ -291,6 +290,8 @@ class CheckpointerBase(ABC):
     async def acheckpoint(self, target: CheckpointTarget = None, sub_sequence_number: int = 0) -> None:
         """:meth:`checkpoint` from a coroutine: the write runs on a worker thread, so the event
         loop goes on meanwhile (async processors, :mod:`kinesis.consumer.keyed.async_batch`)."""
+        import asyncio  # here: a Worker without async processors never loads it
+
         await asyncio.to_thread(self.checkpoint, target, sub_sequence_number)
 
     @abstractmethod
