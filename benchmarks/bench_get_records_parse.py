@@ -1,13 +1,15 @@
 """CPU per record of decoding GetRecords: botocore's parser vs :mod:`kinesis.consumer.retrieval.fast_parse`.
 
-Two figures, each a ratio of two runs in the same process, alternating, best of ``--rounds``:
+Three paths, run in the same process, alternating, best of ``--rounds``: botocore's parser,
+the fast parser's dicts (what a user's own call on a client the SDK set up gets), and the
+SDK's own reads (``decoded``: msgspec straight into Records, ``fast_parse.reading``):
 
 1. ``in memory``: one GetRecords body of ``--records`` records of ``--size`` bytes (as AWS
-   sends it: base64 data, epoch arrival times) parsed into the SDK's records
-   (``records_from_response``), by botocore's JSON parser and by the fast parser. No I/O.
+   sends it: base64 data, epoch arrival times) turned into the SDK's records (botocore's or
+   the fast parser's dicts, then ``records_from_response``; or ``decode_get_records``). No I/O.
 2. ``through HTTP``: a :class:`ShardReader` reading every record of a 1-shard stream of a
    moto server in its own process (:mod:`benchmarks.moto_process`: an in-process server would
-   share the GIL), the fast parser installed on its client or not; CPU of this process.
+   share the GIL), by each path; CPU of this process.
 
 Writes benchmarks/results/get_records_parse.json.
 
@@ -18,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import base64
+import functools
 import json
 import os
 import sys
@@ -65,8 +68,11 @@ def best_cpu_per_record(run: Callable[[], int], rounds: int, clock: Callable[[],
     return best
 
 
-def in_memory(records: int, size: int, rounds: int) -> tuple[float, float]:
-    """(botocore, fast) CPU seconds per record, body to SDK records."""
+PATHS = ("botocore", "dicts", "decoded")
+
+
+def in_memory(records: int, size: int, rounds: int) -> dict[str, float]:
+    """CPU seconds per record of each path, body to SDK records."""
     shape = boto3.client("kinesis", region_name="us-east-1", aws_access_key_id="x",
                          aws_secret_access_key="y").meta.service_model.operation_model("GetRecords").output_shape
     parser, body = create_parser("json"), body_of(records, size)
@@ -75,20 +81,26 @@ def in_memory(records: int, size: int, rounds: int) -> tuple[float, float]:
         parsed = parser.parse({"status_code": 200, "headers": {}, "body": body}, shape)
         return len(records_from_response("s", "shardId-0", parsed["Records"]))
 
-    def fast() -> int:
+    def dicts() -> int:
         parsed = fast_parse.parse_get_records(body)
         assert parsed is not None
         return len(records_from_response("s", "shardId-0", parsed["Records"]))
 
-    slow_s, fast_s = float("inf"), float("inf")
-    for _ in range(rounds):  # alternating, so a noisy moment hurts both alike
-        slow_s = min(slow_s, best_cpu_per_record(botocore, 1, time.process_time))
-        fast_s = min(fast_s, best_cpu_per_record(fast, 1, time.process_time))
-    return slow_s, fast_s
+    def decoded() -> int:
+        parsed = fast_parse.decode_get_records(body, "s", "shardId-0")
+        assert parsed is not None
+        return len(parsed["Records"])
+
+    runs = {"botocore": botocore, "dicts": dicts, "decoded": decoded}
+    best = dict.fromkeys(PATHS, float("inf"))
+    for _ in range(rounds):  # alternating, so a noisy moment hurts each alike
+        for name in PATHS:
+            best[name] = min(best[name], best_cpu_per_record(runs[name], 1, time.process_time))
+    return best
 
 
-def through_http(records: int, size: int, rounds: int) -> tuple[float, float]:
-    """(botocore, fast) CPU seconds per record of a ShardReader reading a moto shard."""
+def through_http(records: int, size: int, rounds: int) -> dict[str, float]:
+    """CPU seconds per record of a ShardReader reading a moto shard by each path."""
     with MotoProcess() as aws:
         client = aws.client("kinesis")
         client.create_stream(StreamName="parse", ShardCount=1)
@@ -97,11 +109,18 @@ def through_http(records: int, size: int, rounds: int) -> tuple[float, float]:
                 {"Data": os.urandom(size), "PartitionKey": f"pk-{i}"} for i in range(start, min(records, start + 500))])
         shard = client.list_shards(StreamName="parse")["Shards"][0]["ShardId"]
 
-        def read(fast: bool) -> int:
+        def read(path: str) -> int:
             reader_client = aws.client("kinesis")
             reader = ShardReader(reader_client, "parse", shard, InitialPosition.TRIM_HORIZON,
                                  max_records=1000, idle_backoff=0.0)
-            if not fast:
+            if path != "decoded":  # GetRecords outside fast_parse.reading: botocore's shape of dicts
+                def as_dicts(iterator: str) -> dict[str, Any]:
+                    response: dict[str, Any] = reader_client.get_records(ShardIterator=iterator,
+                                                                         Limit=reader.max_records)
+                    return response
+
+                reader._fetch = as_dicts  # type: ignore[method-assign]
+            if path == "botocore":
                 reader_client.meta.events.unregister("before-parse.kinesis.GetRecords",
                                                      unique_id=fast_parse.HANDLER_ID)
             n = 0
@@ -109,11 +128,11 @@ def through_http(records: int, size: int, rounds: int) -> tuple[float, float]:
                 n += len(reader.read_batch().records)
             return n
 
-        slow_s, fast_s = float("inf"), float("inf")
+        best = dict.fromkeys(PATHS, float("inf"))
         for _ in range(rounds):
-            slow_s = min(slow_s, best_cpu_per_record(lambda: read(False), 1, time.process_time))
-            fast_s = min(fast_s, best_cpu_per_record(lambda: read(True), 1, time.process_time))
-    return slow_s, fast_s
+            for name in PATHS:
+                best[name] = min(best[name], best_cpu_per_record(functools.partial(read, name), 1, time.process_time))
+    return best
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -125,13 +144,18 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     results: dict[str, Any] = {"records": args.records, "size": args.size, "rounds": args.rounds}
     table = Table(title=f"GetRecords decoding, CPU per record ({args.records} records of {args.size} B)")
-    for column in ("path", "botocore (us)", "fast (us)", "fast / botocore"):
+    for column in ("path", "botocore (us)", "fast dicts (us)", "decoded (us)", "dicts / botocore",
+                   "decoded / botocore"):
         table.add_column(column)
     for name, measure in (("in memory", in_memory), ("through HTTP", through_http)):
-        slow, fast = measure(args.records, args.size, args.rounds)
-        results[name.replace(" ", "_")] = {"botocore_us": round(slow * 1e6, 2), "fast_us": round(fast * 1e6, 2),
-                                           "ratio": round(fast / slow, 3)}
-        table.add_row(name, f"{slow * 1e6:.1f}", f"{fast * 1e6:.1f}", f"{fast / slow:.2f}")
+        best = measure(args.records, args.size, args.rounds)
+        us = {path: round(seconds * 1e6, 2) for path, seconds in best.items()}
+        results[name.replace(" ", "_")] = {
+            "botocore_us": us["botocore"], "fast_us": us["dicts"], "decoded_us": us["decoded"],
+            "ratio": round(best["dicts"] / best["botocore"], 3),
+            "decoded_ratio": round(best["decoded"] / best["botocore"], 3)}
+        table.add_row(name, f"{us['botocore']:.1f}", f"{us['dicts']:.1f}", f"{us['decoded']:.1f}",
+                      f"{best['dicts'] / best['botocore']:.2f}", f"{best['decoded'] / best['botocore']:.2f}")
     Console().print(table)
     write_json(args.out, results)
     return 0

@@ -6,6 +6,7 @@ responses and subscriptions of the moto server through boto3 clients with and wi
 from __future__ import annotations
 
 import base64
+import contextlib
 import json
 from collections.abc import Iterator
 from datetime import UTC
@@ -20,6 +21,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from kinesis.consumer.retrieval import fast_parse
+from kinesis.consumer.retrieval.polling import ShardReader
+from kinesis.consumer.retrieval.positions import InitialPosition
 from kinesis.consumer.retrieval.records import aggregate, records_from_response
 from kinesis.testing import LocalAWS, client_for
 from tests.support import eventstream
@@ -133,12 +136,14 @@ def test_a_one_mebibyte_record_and_a_kpl_aggregate_decode_the_same() -> None:
                                                                                     ("pk-2", b"two", 1)]
 
 
-def test_error_responses_and_empty_bodies_are_not_touched() -> None:
+@pytest.mark.parametrize("reading", [False, True])
+def test_error_responses_and_empty_bodies_are_not_touched(reading: bool) -> None:
     for response in ({"status_code": 400, "headers": {}, "body": b'{"__type": "ExpiredIteratorException"}'},
                      {"status_code": 200, "headers": {}, "body": b""}):
         before = dict(response)
         customized: dict[str, Any] = {}
-        fast_parse._before_parse(response_dict=response, customized_response_dict=customized)
+        with fast_parse.reading("s", "shardId-0") if reading else contextlib.nullcontext():
+            fast_parse._before_parse(response_dict=response, customized_response_dict=customized)
         assert response == before and customized == {}
 
 
@@ -267,6 +272,33 @@ def test_only_a_call_made_while_reading_gets_decoded_records(aws: LocalAWS) -> N
     assert decoded["Records"] == records_from_response("decode", shard, reference["Records"])
     assert type(after["Records"]) is list and after["Records"] == reference["Records"]
     assert decoded["NextShardIterator"] and decoded["MillisBehindLatest"] == reference["MillisBehindLatest"]
+
+
+def test_a_shard_reader_reads_through_the_decoder_and_gets_the_same_records(
+        aws: LocalAWS, monkeypatch: pytest.MonkeyPatch) -> None:
+    plain = aws.client("kinesis")
+    plain.create_stream(StreamName="reader", ShardCount=1)
+    agg = aggregate([("pk-ü", b"one"), ("pk-2", b"two"), ("pk-3", b"three")])[0]
+    plain.put_records(StreamName="reader", Records=[
+        *({"Data": bytes([i]) * (i + 1), "PartitionKey": f"ключ-{i}"} for i in range(20)),
+        {"Data": agg.data, "PartitionKey": agg.partition_key}])
+    shard = plain.list_shards(StreamName="reader")["Shards"][0]["ShardId"]
+    iterator = plain.get_shard_iterator(StreamName="reader", ShardId=shard,
+                                        ShardIteratorType="TRIM_HORIZON")["ShardIterator"]
+    expected = records_from_response("reader", shard, plain.get_records(ShardIterator=iterator)["Records"])
+    decoded: list[bool] = []
+    real = fast_parse.decode_get_records
+
+    def counted(body: bytes, stream_name: str, shard_id: str) -> dict[str, Any] | None:
+        out = real(body, stream_name, shard_id)
+        decoded.append(out is not None)
+        return out
+
+    monkeypatch.setattr(fast_parse, "decode_get_records", counted)
+    reader = ShardReader(aws.client("kinesis"), "reader", shard, InitialPosition.TRIM_HORIZON, idle_backoff=0.0)
+    got = reader.read_batch().records
+    assert decoded and all(decoded)  # the body went the decoder's way, not the dicts'
+    assert got == expected and len(got) == 23 and [r.sub_sequence_number for r in got[-3:]] == [0, 1, 2]
 
 
 _EVENTS = boto3.client("kinesis", region_name="us-east-1", aws_access_key_id="x", aws_secret_access_key="y").meta \
