@@ -506,7 +506,10 @@ class FanOutReader:
     def _on_event(self, event: dict[str, Any]) -> ReadResult:
         self.stats.events += 1
         self._failures = self._transient = 0
-        records = self._cursor.fetched(event.get("Records") or (), event.get("MillisBehindLatest"))
+        # an empty DecodedRecords still carries its first Kinesis record (an aggregate of no
+        # user records): only an absent member is "no records"
+        raw = event.get("Records")
+        records = self._cursor.fetched(raw if raw is not None else (), event.get("MillisBehindLatest"))
         continuation = event.get("ContinuationSequenceNumber")
         if continuation is None:  # the shard is closed and this was its last event
             self._cursor.end(event.get("ChildShards"))

@@ -182,9 +182,11 @@ _reading: ContextVar[tuple[str, str] | None] = ContextVar("kinesis_fast_parse_re
 class DecodedRecords(list[Record]):
     """``Records`` of a response read under :func:`reading` (or of an event stream set up with a
     shard): the SDK's records (aggregates unpacked). ``first`` is the first Kinesis record's
-    (sequence number, arrival time), None for an empty batch."""
+    (sequence number, arrival time), None for an empty batch; ``kinesis_records`` how many
+    Kinesis records the response held (what GetRecords' ``Limit`` counts)."""
 
     first: tuple[str, datetime | None] | None = None
+    kinesis_records: int = 0
 
 
 @contextmanager
@@ -218,6 +220,7 @@ def _decode(body: bytes, decode: Callable[[bytes], _Body], position: str, stream
             return None  # a shard's last batch: the dict path parses the children
         decoded = doc.records or []
         records = DecodedRecords(records_from_decoded(stream_name, shard_id, decoded))
+        records.kinesis_records = len(decoded)
         if decoded:
             first = decoded[0]
             epoch = first.approximate_arrival_timestamp

@@ -190,7 +190,8 @@ class BatchCursor:
             return ReadResult([], self.millis_behind, True, 0.0, self.children)
         return None
 
-    def fetched(self, raw: Sequence[Mapping[str, Any]], millis_behind: int | None) -> list[Record]:
+    def fetched(self, raw: Sequence[Mapping[str, Any]] | fast_parse.DecodedRecords,
+                millis_behind: int | None) -> list[Record]:
         """The records of one fetch past the resume position (aggregates unpacked); ``raw`` is
         botocore's ``Records``, or the records themselves (:class:`fast_parse.DecodedRecords`)."""
         self.millis_behind = millis_behind
@@ -362,7 +363,8 @@ class ShardReader:
         records = cursor.fetched(raw, response.get("MillisBehindLatest"))
         if self._iterator is None:
             cursor.end(response.get("ChildShards"))
-        at_tip = cursor.millis_behind in (0, None) and len(raw) < self.max_records
+        fetched = raw.kinesis_records if isinstance(raw, fast_parse.DecodedRecords) else len(raw)
+        at_tip = cursor.millis_behind in (0, None) and fetched < self.max_records  # Limit counts Kinesis records
         return cursor.deliver(records, self.idle_backoff if at_tip else 0.0)
 
     def iter_records(

@@ -7,10 +7,11 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import hashlib
 import json
 from collections.abc import Iterator
-from datetime import UTC
-from typing import Any
+from datetime import UTC, datetime
+from typing import Any, cast
 
 import boto3
 import pytest
@@ -21,9 +22,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from kinesis.consumer.retrieval import fast_parse
+from kinesis.consumer.retrieval.fanout import FanOutReader
 from kinesis.consumer.retrieval.polling import ShardReader
-from kinesis.consumer.retrieval.positions import InitialPosition
-from kinesis.consumer.retrieval.records import aggregate, records_from_response
+from kinesis.consumer.retrieval.positions import InitialPosition, Position
+from kinesis.consumer.retrieval.records import MAGIC, aggregate, records_from_response
 from kinesis.testing import LocalAWS, client_for
 from tests.support import eventstream
 from tests.support.fanout_endpoint import fanout_endpoint
@@ -120,15 +122,23 @@ def test_unrecognised_bodies_are_left_to_botocore(body: bytes) -> None:
     assert fast_parse.parse_get_records(body) is None
 
 
-def test_a_one_mebibyte_record_and_a_kpl_aggregate_decode_the_same() -> None:
-    big = bytes(range(256)) * 4096
+BIG = bytes(range(256)) * 4096  # 1 MiB, the largest record Kinesis takes
+
+
+def big_and_aggregate_body(**second: str) -> bytes:
+    """A body of a 1 MiB record and a KPL aggregate of two user records (``second``: more
+    members of the aggregate's Kinesis record)."""
     agg = aggregate([("pk-ü", b"one"), ("pk-2", b"two")])[0]
-    body = json.dumps({"Records": [
+    return json.dumps({"Records": [
         {"SequenceNumber": "1", "ApproximateArrivalTimestamp": 1764288000.123, "PartitionKey": "k",
-         "Data": base64.b64encode(big).decode()},
+         "Data": base64.b64encode(BIG).decode()},
         {"SequenceNumber": "2", "ApproximateArrivalTimestamp": 1764288001, "PartitionKey": agg.partition_key,
-         "Data": base64.b64encode(agg.data).decode()},
+         "Data": base64.b64encode(agg.data).decode(), **second},
     ], "NextShardIterator": "it", "MillisBehindLatest": 0}).encode()
+
+
+def test_a_one_mebibyte_record_and_a_kpl_aggregate_decode_the_same() -> None:
+    big, body = BIG, big_and_aggregate_body()
     ours = fast_parse.parse_get_records(body)
     assert ours is not None and ours == botocore_parse(body) and ours["Records"][0]["Data"] == big
     users = records_from_response("s", "shardId-0", ours["Records"])
@@ -173,12 +183,18 @@ def test_real_responses_through_boto3_equal_botocores(aws: LocalAWS) -> None:
 REQUIRED = {"SequenceNumber", "Data", "PartitionKey"}
 
 
+def utc(arrival: datetime | None) -> datetime | None:
+    """botocore's local-time arrival in UTC: in a zone's repeated hour its ``fold=1`` datetime
+    is never ``==`` an aware one, though it is the same instant."""
+    return None if arrival is None else arrival.astimezone(UTC)
+
+
 def via_botocore(body: bytes) -> dict[str, Any]:
     """What the SDK made of ``body`` before: botocore's parse, then records_from_response."""
     parsed = botocore_parse(body)
     raw = parsed.get("Records", [])
     parsed["Records"] = records_from_response("s", "shardId-0", raw)
-    parsed["first"] = (raw[0]["SequenceNumber"], raw[0].get("ApproximateArrivalTimestamp")) if raw else None
+    parsed["first"] = (raw[0]["SequenceNumber"], utc(raw[0].get("ApproximateArrivalTimestamp"))) if raw else None
     return parsed
 
 
@@ -241,16 +257,10 @@ def test_bodies_the_decoder_does_not_recognise_go_the_dict_path(body: bytes) -> 
 
 
 def test_a_one_mebibyte_record_and_a_kpl_aggregate_are_decoded_to_the_same_records() -> None:
-    big = bytes(range(256)) * 4096
-    agg = aggregate([("pk-ü", b"one"), ("pk-2", b"two")])[0]
-    body = json.dumps({"Records": [
-        {"SequenceNumber": "1", "ApproximateArrivalTimestamp": 1764288000.123, "PartitionKey": "k",
-         "Data": base64.b64encode(big).decode()},
-        {"SequenceNumber": "2", "ApproximateArrivalTimestamp": 1764288001, "PartitionKey": agg.partition_key,
-         "Data": base64.b64encode(agg.data).decode(), "EncryptionType": "KMS"},
-    ], "NextShardIterator": "it", "MillisBehindLatest": 0}).encode()
+    body = big_and_aggregate_body(EncryptionType="KMS")
     ours = decoded_as_dict(body)
-    assert ours is not None and ours == via_botocore(body) and ours["Records"][0].data == big
+    assert ours is not None and ours == via_botocore(body) and ours["Records"][0].data == BIG
+    assert ours["Records"].kinesis_records == 2 and len(ours["Records"]) == 3
     assert [(r.partition_key, r.data, r.sub_sequence_number, r.aggregated) for r in ours["Records"][1:]] == [
         ("pk-ü", b"one", 0, True), ("pk-2", b"two", 1, True)]
 
@@ -301,6 +311,46 @@ def test_a_shard_reader_reads_through_the_decoder_and_gets_the_same_records(
     assert got == expected and len(got) == 23 and [r.sub_sequence_number for r in got[-3:]] == [0, 1, 2]
 
 
+def test_a_batch_at_the_tip_waits_by_its_kinesis_records_not_its_unpacked_ones(aws: LocalAWS) -> None:
+    # GetRecords' Limit counts Kinesis records: 2 aggregates of 10 user records under a Limit of
+    # 10 is a batch at the tip, which waits idle_backoff, not a full one read again at once
+    plain = aws.client("kinesis")
+    plain.create_stream(StreamName="tip", ShardCount=1)
+    plain.put_records(StreamName="tip", Records=[
+        {"Data": agg.data, "PartitionKey": agg.partition_key}
+        for agg in (aggregate([(f"k-{n}-{i}", b"x") for i in range(10)])[0] for n in range(2))])
+    shard = plain.list_shards(StreamName="tip")["Shards"][0]["ShardId"]
+    reader = ShardReader(aws.client("kinesis"), "tip", shard, InitialPosition.TRIM_HORIZON, max_records=10,
+                         idle_backoff=1.0)
+    batch = reader.read_batch()
+    assert type(batch.records) is fast_parse.DecodedRecords and len(batch.records) == 20
+    assert batch.millis_behind_latest == 0 and batch.suggested_wait == 1.0
+
+
+def test_a_fanout_event_of_an_aggregate_of_no_user_records_is_not_a_data_gap(aws: LocalAWS) -> None:
+    # a well-formed aggregate whose only member is a partition-key table: no user records, but
+    # it is the record the reader resumes at, so the next event's first record is no gap
+    body = b"\x0a\x01k"
+    empty = MAGIC + body + hashlib.md5(body, usedforsecurity=False).digest()
+    reader = FanOutReader(aws.client("kinesis"), "s", "shardId-0", cast(Any, None),
+                          Position("100", 0, None))
+    reader._cursor.expect_resume()
+
+    def event(seq: str, data: bytes) -> dict[str, Any]:
+        out = fast_parse.decode_subscribe_event(json.dumps({"Records": [
+            {"SequenceNumber": seq, "ApproximateArrivalTimestamp": 1.5, "PartitionKey": "k",
+             "Data": base64.b64encode(data).decode()}], "ContinuationSequenceNumber": seq,
+            "MillisBehindLatest": 0}).encode(), "s", "shardId-0")
+        assert out is not None
+        return out
+
+    first = reader._on_event(event("100", empty))
+    second = reader._on_event(event("101", b"data"))
+    assert first.records == [] and first.lost is None
+    assert [r.sequence_number for r in second.records] == ["101"] and second.lost is None
+    assert reader._cursor.first_sequence_number == "100"
+
+
 _EVENTS = boto3.client("kinesis", region_name="us-east-1", aws_access_key_id="x", aws_secret_access_key="y").meta \
     .service_model.operation_model("SubscribeToShard").output_shape.members["EventStream"]
 events = st.fixed_dictionaries({}, optional={
@@ -343,7 +393,7 @@ def test_an_sdk_streams_events_are_decoded_to_the_records_made_from_botocores_pa
     if type(got.get("Records")) is fast_parse.DecodedRecords:
         theirs["Records"] = records_from_response("s", "shardId-0", raw)
         assert got == theirs
-        assert got["Records"].first == ((raw[0]["SequenceNumber"], raw[0].get("ApproximateArrivalTimestamp"))
+        assert got["Records"].first == ((raw[0]["SequenceNumber"], utc(raw[0].get("ApproximateArrivalTimestamp")))
                                         if raw else None)
     else:  # the dict path, as without a shard
         assert got == dict(fast_parse._EventParser(EventStreamJSONParser()).parse(event_message(body), _EVENTS)[
