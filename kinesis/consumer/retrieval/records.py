@@ -428,8 +428,10 @@ class Record(msgspec.Struct, frozen=True, gc=False):
     below. A ``msgspec.Struct`` untracked by Python's cyclic garbage collector: its fields are
     strings, bytes, numbers and a datetime, which cannot form a cycle, and a batch of records
     that outlives a young collection would otherwise be promoted and walked by every full
-    collection (docs/benchmarks.md, "CPU per record"). ``msgspec.structs.replace(record,
-    data=...)`` makes a changed copy, ``msgspec.structs.asdict(record)`` a dict.
+    collection (docs/benchmarks.md, "CPU per record"). A subclass is untracked too: give it
+    no field that can hold a cycle. Not a dataclass: ``msgspec.structs.replace(record,
+    data=...)`` makes a changed copy, ``msgspec.structs.asdict(record)`` a dict, and setting a
+    field raises AttributeError.
     """
 
     stream_name: str
@@ -447,10 +449,6 @@ class Record(msgspec.Struct, frozen=True, gc=False):
         """This record's position, the value to checkpoint once it is processed (with its
         arrival time, stored with a checkpoint: :attr:`Checkpoint.arrival`)."""
         return Position(self.sequence_number, self.sub_sequence_number, self.approximate_arrival_timestamp)
-
-
-new_record = Record
-"""The per-record constructor of the read path (positional, in field order)."""
 
 
 def records_from_response(
@@ -475,7 +473,7 @@ def records_from_response(
         if data.startswith(MAGIC):
             _unpack(out, stream_name, shard_id, seq, raw["PartitionKey"], data, arrival, raw.get("ExplicitHashKey"))
         else:
-            out.append(new_record(stream_name, shard_id, seq, 0, raw["PartitionKey"], data, arrival,
+            out.append(Record(stream_name, shard_id, seq, 0, raw["PartitionKey"], data, arrival,
                                   raw.get("ExplicitHashKey"), False))
     return out
 
@@ -502,7 +500,7 @@ def records_from_decoded(stream_name: str, shard_id: str, decoded: Iterable[Deco
         if data.startswith(MAGIC):
             _unpack(out, stream_name, shard_id, raw.sequence_number, raw.partition_key, data, arrival, None)
         else:
-            append(new_record(stream_name, shard_id, raw.sequence_number, 0, raw.partition_key, data, arrival,
+            append(Record(stream_name, shard_id, raw.sequence_number, 0, raw.partition_key, data, arrival,
                               None, False))
     return out
 
@@ -526,7 +524,7 @@ def _unpack(out: list[Record], stream_name: str, shard_id: str, seq: str, pk: st
                 )
             else:
                 out += [
-                    new_record(stream_name, shard_id, seq, i, sub_pk, sub_data, arrival, sub_ehk, True)
+                    Record(stream_name, shard_id, seq, i, sub_pk, sub_data, arrival, sub_ehk, True)
                     for i, (sub_pk, sub_data, sub_ehk) in enumerate(subs)
                 ]
                 return
@@ -536,4 +534,4 @@ def _unpack(out: list[Record], stream_name: str, shard_id: str, seq: str, pk: st
                 "not match; passing it through as a plain record",
                 seq, shard_id, stream_name,
             )
-    out.append(new_record(stream_name, shard_id, seq, 0, pk, data, arrival, ehk, False))
+    out.append(Record(stream_name, shard_id, seq, 0, pk, data, arrival, ehk, False))

@@ -29,7 +29,6 @@ from kinesis.consumer.retrieval.records import (
     UserRecord,
     aggregate,
     deaggregate,
-    new_record,
     partition_key_hash,
     records_from_response,
 )
@@ -245,7 +244,7 @@ def test_deaggregate_rejects_malformed_protobuf(body: bytes, match: str) -> None
                  st.text(max_size=8), st.binary(max_size=16), st.none() | st.just(ARRIVAL),
                  st.none() | st.integers(0, 2**128 - 1).map(str), st.booleans()))
 def test_a_record_is_an_immutable_value_the_garbage_collector_does_not_track(values: tuple[Any, ...]) -> None:
-    record, by_keyword = new_record(*values), Record(**dict(zip(FIELDS, values, strict=True)))
+    record, by_keyword = Record(*values), Record(**dict(zip(FIELDS, values, strict=True)))
     assert record == by_keyword and hash(record) == hash(by_keyword) and repr(record) == repr(by_keyword)
     assert type(record) is Record and msgspec.structs.astuple(record) == values
     assert pickle.loads(pickle.dumps(record)) == record and copy.copy(record) == record
